@@ -1,0 +1,319 @@
+//! A command built by `.command()` / `.push()`, kept packed for the wire.
+//!
+//! One is built per request, so each argument is RESP-encoded into a single
+//! growing buffer as it is pushed, and the `*N\r\n` header is written into
+//! room reserved at the front: sending needs no further copy or allocation.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Room for the `*N\r\n` header: `*`, the 20 digits of `u64::MAX`, CRLF.
+const HEADER_ROOM: usize = 1 + 20 + 2;
+
+/// Arguments are rarely large: one allocation covers a typical command.
+const INITIAL_CAPACITY: usize = 256;
+
+/// A Redis command, its arguments RESP-encoded as they are pushed.
+#[derive(Clone)]
+pub struct Command {
+    /// `HEADER_ROOM` bytes of header room, then `$len\r\narg\r\n` per argument.
+    buf: Vec<u8>,
+    /// Arguments, the name included.
+    argc: usize,
+    /// Byte range of the name (argument 0) in `buf`.
+    name: (usize, usize),
+    /// Byte range of argument 1 (the script of an `EVAL`) in `buf`.
+    script: (usize, usize),
+    /// The `.timeout()` override: `None` keeps the database default,
+    /// `Some(Duration::ZERO)` means no timeout.
+    pub timeout: Option<Duration>,
+    /// The `.retries()` override: `None` keeps the database default.
+    pub retries: Option<u32>,
+}
+
+impl Command {
+    /// A command whose first argument is `name`.
+    pub fn new(name: &[u8]) -> Self {
+        let mut buf = Vec::with_capacity(INITIAL_CAPACITY.max(HEADER_ROOM + name.len() + 32));
+        buf.resize(HEADER_ROOM, 0);
+        let mut command = Self {
+            buf,
+            argc: 0,
+            name: (0, 0),
+            script: (0, 0),
+            timeout: None,
+            retries: None,
+        };
+        command.push(name);
+        command
+    }
+
+    /// Appends one binary-safe argument as `$len\r\narg\r\n`.
+    pub fn push(&mut self, arg: &[u8]) {
+        let mut digits = [0; 20];
+        let len = decimal(arg.len(), &mut digits);
+        self.buf.reserve(1 + len.len() + 2 + arg.len() + 2);
+        self.buf.push(b'$');
+        self.buf.extend_from_slice(len);
+        self.buf.extend_from_slice(b"\r\n");
+        let range = (self.buf.len(), self.buf.len() + arg.len());
+        self.buf.extend_from_slice(arg);
+        self.buf.extend_from_slice(b"\r\n");
+        match self.argc {
+            0 => self.name = range,
+            1 => self.script = range,
+            _ => {}
+        }
+        self.argc += 1;
+    }
+
+    /// The command name, as given.
+    pub fn name(&self) -> &[u8] {
+        &self.buf[self.name.0..self.name.1]
+    }
+
+    /// The number of arguments, the name included.
+    pub fn arg_count(&self) -> usize {
+        self.argc
+    }
+
+    /// An `EVAL` (any case) with a script, so it may go out as `EVALSHA`.
+    pub fn is_eval(&self) -> bool {
+        self.argc >= 2 && self.name().eq_ignore_ascii_case(b"EVAL")
+    }
+
+    /// The exact length of [`packed`](Self::packed), for size limits.
+    pub fn byte_len(&self) -> usize {
+        let digits = self.argc.checked_ilog10().unwrap_or(0) as usize + 1;
+        1 + digits + 2 + self.buf.len() - HEADER_ROOM
+    }
+
+    /// The RESP request `*N\r\n$len\r\narg\r\n...`. Takes `&mut self` to
+    /// write the header in place, right-aligned before the arguments.
+    pub fn packed(&mut self) -> &[u8] {
+        let mut digits = [0; 20];
+        let count = decimal(self.argc, &mut digits);
+        let start = HEADER_ROOM - 3 - count.len();
+        let header = &mut self.buf[start..HEADER_ROOM];
+        header[0] = b'*';
+        header[1..=count.len()].copy_from_slice(count);
+        header[count.len() + 1..].copy_from_slice(b"\r\n");
+        &self.buf[start..]
+    }
+
+    /// The request as `EVALSHA <sha1 of the script> numkeys ...`, the other
+    /// arguments unchanged; `None` unless [`is_eval`](Self::is_eval).
+    /// Allocates: it is only sent for scripts, and `packed()` stays the
+    /// `EVAL` to fall back on after `NOSCRIPT`.
+    pub fn packed_as_evalsha(&self) -> Option<Vec<u8>> {
+        let sha = self.script_sha1_hex()?;
+        let rest = &self.buf[self.script.1 + 2..];
+        let mut digits = [0; 20];
+        let count = decimal(self.argc, &mut digits);
+        const NAME_AND_SHA: &[u8] = b"\r\n$7\r\nEVALSHA\r\n$40\r\n";
+        let mut out = Vec::with_capacity(1 + count.len() + NAME_AND_SHA.len() + 42 + rest.len());
+        out.push(b'*');
+        out.extend_from_slice(count);
+        out.extend_from_slice(NAME_AND_SHA);
+        out.extend_from_slice(&sha);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(rest);
+        Some(out)
+    }
+
+    /// The lowercase hex SHA-1 of the script of an `EVAL`, as `EVALSHA` and
+    /// `SCRIPT LOAD` name it; `None` unless [`is_eval`](Self::is_eval).
+    pub fn script_sha1_hex(&self) -> Option<[u8; 40]> {
+        if !self.is_eval() {
+            return None;
+        }
+        let script = &self.buf[self.script.0..self.script.1];
+        let digest = sha1_smol::Sha1::from(script).digest().bytes();
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0; 40];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xf)];
+        }
+        Some(hex)
+    }
+}
+
+/// Short, so that logging a command never dumps a megabyte argument.
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Command")
+            .field("name", &String::from_utf8_lossy(self.name()))
+            .field("args", &self.argc)
+            .field("bytes", &self.byte_len())
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
+/// Writes `n` in decimal at the end of `out`, returning the digits; avoids
+/// the `fmt` machinery on the per-argument path.
+fn decimal(mut n: usize, out: &mut [u8; 20]) -> &[u8] {
+    let mut i = out.len();
+    loop {
+        i -= 1;
+        // `n % 10` is a single digit: the cast cannot truncate.
+        out[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &out[i..];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference encoding, built the obvious way.
+    fn resp(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    fn command(args: &[&[u8]]) -> Command {
+        let mut c = Command::new(args[0]);
+        for arg in &args[1..] {
+            c.push(arg);
+        }
+        c
+    }
+
+    #[test]
+    fn packs_name_only() {
+        let mut c = Command::new(b"PING");
+        assert_eq!(c.packed(), b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(c.byte_len(), c.packed().len());
+        assert_eq!(c.name(), b"PING");
+        assert_eq!(c.arg_count(), 1);
+    }
+
+    #[test]
+    fn packs_arguments() {
+        let args: [&[u8]; 3] = [b"SET", b"key", b"value"];
+        let mut c = command(&args);
+        assert_eq!(
+            c.packed(),
+            b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n"
+        );
+        assert_eq!(c.arg_count(), 3);
+    }
+
+    #[test]
+    fn packs_many_arguments() {
+        let owned: Vec<Vec<u8>> = (0..1234).map(|i| format!("arg{i}").into_bytes()).collect();
+        let mut args: Vec<&[u8]> = vec![b"RPUSH"];
+        args.extend(owned.iter().map(Vec::as_slice));
+        let mut c = command(&args);
+        assert_eq!(c.arg_count(), 1235);
+        assert_eq!(c.byte_len(), resp(&args).len());
+        assert_eq!(c.packed(), resp(&args));
+    }
+
+    #[test]
+    fn packs_binary_and_empty_arguments() {
+        let args: [&[u8]; 5] = [b"", b"a\0b", b"\r\n", b"", b"$3\r\n*1"];
+        let mut c = command(&args);
+        assert_eq!(c.name(), b"");
+        assert_eq!(c.packed(), resp(&args));
+        assert_eq!(c.byte_len(), resp(&args).len());
+    }
+
+    #[test]
+    fn packs_a_large_argument() {
+        let big = vec![0xA5; 1 << 20];
+        let mut c = command(&[b"SET", b"k", &big]);
+        let want = resp(&[b"SET", b"k", &big]);
+        assert_eq!(c.byte_len(), want.len());
+        assert!(c
+            .packed()
+            .starts_with(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048576\r\n"));
+        assert_eq!(c.packed(), want);
+    }
+
+    #[test]
+    fn packed_is_repeatable_and_push_after_it_works() {
+        let mut c = command(&[b"MGET", b"a"]);
+        let first = c.packed().to_vec();
+        assert_eq!(c.packed(), first);
+        assert_eq!(first, resp(&[b"MGET", b"a"]));
+        for i in 0..20 {
+            c.push(b"b");
+            let mut args: Vec<&[u8]> = vec![b"MGET", b"a"];
+            args.extend(std::iter::repeat(&b"b"[..]).take(i + 1));
+            assert_eq!(c.packed(), resp(&args), "crossing 10 arguments");
+            assert_eq!(c.byte_len(), c.packed().len());
+        }
+    }
+
+    #[test]
+    fn detects_eval() {
+        for name in [&b"EVAL"[..], b"eval", b"EvAl"] {
+            assert!(command(&[name, b"return 1", b"0"]).is_eval());
+            assert!(command(&[name, b"return 1"]).is_eval());
+            assert!(!Command::new(name).is_eval(), "no script");
+        }
+        for name in [&b"EVALSHA"[..], b"EVA", b"EVAL_RO", b"GET", b""] {
+            assert!(!command(&[name, b"return 1", b"0"]).is_eval());
+        }
+        assert_eq!(Command::new(b"GET").script_sha1_hex(), None);
+        assert_eq!(command(&[b"GET", b"k"]).packed_as_evalsha(), None);
+    }
+
+    #[test]
+    fn rewrites_eval_as_evalsha() {
+        let sha = b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db";
+        let mut c = command(&[b"eval", b"return 1", b"2", b"k1", b"k2", b"a\0\r\n"]);
+        assert_eq!(c.script_sha1_hex().as_ref(), Some(sha));
+        assert_eq!(
+            c.packed_as_evalsha().unwrap(),
+            resp(&[b"EVALSHA", sha, b"2", b"k1", b"k2", b"a\0\r\n"])
+        );
+        // The EVAL to fall back on after NOSCRIPT is untouched.
+        assert_eq!(
+            c.packed(),
+            resp(&[b"eval", b"return 1", b"2", b"k1", b"k2", b"a\0\r\n"])
+        );
+        // Script alone, and empty script (sha1("") is well known).
+        let c = command(&[b"EVAL", b"return 1"]);
+        assert_eq!(c.packed_as_evalsha().unwrap(), resp(&[b"EVALSHA", sha]));
+        let c = command(&[b"EVAL", b"", b"0"]);
+        assert_eq!(
+            c.script_sha1_hex().as_ref(),
+            Some(b"da39a3ee5e6b4b0d3255bfef95601890afd80709")
+        );
+    }
+
+    #[test]
+    fn overrides_default_to_none() {
+        let mut c = Command::new(b"GET");
+        assert_eq!((c.timeout, c.retries), (None, None));
+        c.timeout = Some(Duration::ZERO);
+        c.retries = Some(0);
+        assert_eq!((c.timeout, c.retries), (Some(Duration::ZERO), Some(0)));
+        let debug = format!("{c:?}");
+        assert!(debug.contains("\"GET\""), "{debug}");
+    }
+
+    #[test]
+    fn decimal_digits() {
+        let mut d = [0; 20];
+        assert_eq!(decimal(0, &mut d), b"0");
+        assert_eq!(decimal(10, &mut d), b"10");
+        assert_eq!(
+            decimal(usize::MAX, &mut d),
+            usize::MAX.to_string().as_bytes()
+        );
+    }
+}

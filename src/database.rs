@@ -1,0 +1,441 @@
+//! A database object: its servers, its connections (private or shared),
+//! its counters, and the execution of one command with retries.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+
+use crate::command::Command;
+use crate::config::{DbConfig, Role};
+use crate::connection::private::PrivateConnections;
+use crate::connection::shared::{SharedLease, SharedPool};
+use crate::connection::{Connection, Failure};
+use crate::error::{Error, Result};
+use crate::reply::Reply;
+use crate::server::{role_from_reply, Health, Server};
+use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
+
+/// What `.stats()` renders.
+pub enum StatsFormat<'a> {
+    Json,
+    Prometheus(&'a PrometheusOptions<'a>),
+}
+
+/// Numbers the pool threads so each database can wait for its own.
+static POOL_THREAD_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How long a worker waits for a pooled connection when
+/// `connection_timeout` is 0 ("no timeout"): workers never wait unbounded.
+const DEFAULT_POOL_WAIT: Duration = Duration::from_millis(1000);
+
+enum Connections {
+    Private(PrivateConnections),
+    /// One pool per server, same index as `Database::servers`.
+    Shared(Vec<SharedPool>),
+}
+
+/// Everything `new db = redis.db(...)` creates.
+pub struct Database {
+    name: String,
+    config: DbConfig,
+    stats: Arc<Stats>,
+    servers: Vec<Server>,
+    connections: Connections,
+    /// Name of the r2d2 connection-opener thread (shared mode), waited for
+    /// on drop.
+    pool_thread_name: String,
+}
+
+/// A connection held for one command; goes back to its thread's list or
+/// to its pool when dropped, unless it broke.
+enum Lease<'a> {
+    Private {
+        connections: &'a PrivateConnections,
+        stats: &'a Stats,
+        server: usize,
+        conn: Option<Connection>,
+    },
+    Shared(SharedLease<'a>),
+}
+
+impl Lease<'_> {
+    fn conn(&mut self) -> &mut Connection {
+        match self {
+            Lease::Private { conn, .. } => conn.as_mut().expect("private lease holds a connection"),
+            Lease::Shared(lease) => lease,
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Lease::Private {
+            connections,
+            stats,
+            server,
+            conn,
+        } = self
+        {
+            if let Some(conn) = conn.take().filter(|conn| !conn.is_broken()) {
+                connections.give_back(*server, conn, stats);
+            }
+        }
+    }
+}
+
+impl Database {
+    /// Builds the object; with `type=auto` asks the server its role now
+    /// (a server that is down is asked again on its first connection).
+    pub fn new(name: &str, config: DbConfig) -> Result<Self> {
+        let stats = Arc::new(Stats::default());
+        let connector = crate::connection::Connector::new(
+            &config.location,
+            config.user.as_deref(),
+            config.password.as_deref(),
+            config.protocol,
+            config.connection_timeout,
+        )?;
+        let health = Arc::new(Health::new(config.sickness_ttl));
+        let server = Server::new(
+            config.location.clone(),
+            connector.clone(),
+            config.role,
+            health.clone(),
+        );
+        stats.inc(Counter::ServersTotal);
+        let pool_thread_name = format!(
+            "vredis-{}",
+            POOL_THREAD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let connections = if config.shared_connections {
+            // One thread per database opens pooled connections for r2d2
+            // (its default would be three per pool).
+            let threads = Arc::new(
+                ScheduledThreadPool::builder()
+                    .num_threads(1)
+                    .thread_name_pattern(&pool_thread_name)
+                    .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+                    .build(),
+            );
+            let wait = config
+                .connection_timeout
+                .filter(|wait| !wait.is_zero())
+                .unwrap_or(DEFAULT_POOL_WAIT);
+            Connections::Shared(vec![SharedPool::new(
+                connector,
+                health,
+                config.connection_ttl,
+                config.max_connections,
+                wait,
+                threads,
+            )])
+        } else {
+            Connections::Private(PrivateConnections::new(config.max_connections))
+        };
+        let db = Database {
+            name: name.to_string(),
+            config,
+            stats,
+            servers: vec![server],
+            connections,
+            pool_thread_name,
+        };
+        for server in &db.servers {
+            if server.role() == Role::Auto && db.discover_role(server).is_none() {
+                db.stats.inc(Counter::ServersFailed);
+            }
+        }
+        Ok(db)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &DbConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    /// Open and idle connections of the shared pool of each server (zeros
+    /// in private mode, where they live in the worker threads).
+    pub fn pool_state(&self, server: usize) -> (u32, u32) {
+        match &self.connections {
+            Connections::Shared(pools) => pools.get(server).map_or((0, 0), SharedPool::state),
+            Connections::Private(_) => (0, 0),
+        }
+    }
+
+    /// Asks `ROLE` on a fresh connection and records the answer.
+    fn discover_role(&self, server: &Server) -> Option<Role> {
+        let mut conn = server.connector.connect(&self.stats).ok()?;
+        let reply = conn
+            .request(b"*1\r\n$4\r\nROLE\r\n", self.config.connection_timeout)
+            .ok()?;
+        let role = role_from_reply(&reply)?;
+        server.set_role(role);
+        Some(role)
+    }
+
+    /// The server to send a command to. `master=false` lets a replica
+    /// serve it (unless `ignore_slaves`).
+    fn pick_server(&self, master: bool) -> Result<usize> {
+        let need_master = master || self.config.ignore_slaves;
+        let now = Instant::now();
+        let usable = |server: &Server| match server.role() {
+            Role::Slave => !need_master,
+            // Unknown roles (auto, server down at start-up) are learnt on
+            // the next connection; give them the benefit of the doubt.
+            _ => true,
+        };
+        let mut candidates = self.servers.iter().enumerate().filter(|(_, s)| usable(s));
+        let first = candidates.clone().next();
+        candidates
+            .find(|(_, server)| !server.health.is_sick(now))
+            .or(first)
+            .map(|(index, _)| index)
+            .ok_or(Error::NoServer {
+                role: if need_master {
+                    "master"
+                } else {
+                    "master or replica"
+                },
+            })
+    }
+
+    /// A connection to `server`: this thread's idle one or a new one in
+    /// private mode, a pooled one in shared mode.
+    fn lease(&self, index: usize) -> Result<Lease<'_>> {
+        let server = &self.servers[index];
+        match &self.connections {
+            Connections::Shared(pools) => pools[index].get(&self.stats).map(Lease::Shared),
+            Connections::Private(connections) => {
+                let now = Instant::now();
+                while let Some(conn) = connections.take(index) {
+                    if conn.expired(self.config.connection_ttl, now) {
+                        self.stats.inc(Counter::DroppedTtl);
+                    } else if server.health.outdates(conn.created()) {
+                        self.stats.inc(Counter::DroppedSick);
+                    } else {
+                        return Ok(Lease::Private {
+                            connections,
+                            stats: &self.stats,
+                            server: index,
+                            conn: Some(conn),
+                        });
+                    }
+                }
+                let conn = server.connector.connect(&self.stats).inspect_err(|_| {
+                    server.health.mark_failed();
+                })?;
+                Ok(Lease::Private {
+                    connections,
+                    stats: &self.stats,
+                    server: index,
+                    conn: Some(conn),
+                })
+            }
+        }
+    }
+
+    /// Runs `command` and returns its reply (error replies included). A
+    /// failed attempt (connection, I/O, timeout) is retried on a new
+    /// connection up to the retry count. `debug` receives routing and
+    /// connection decisions when the object has `debug=true`.
+    pub fn execute(
+        &self,
+        command: &mut Command,
+        master: bool,
+        debug: &mut dyn FnMut(&str),
+    ) -> Result<Reply> {
+        self.stats.inc(Counter::CommandsTotal);
+        let timeout = command
+            .timeout
+            .or(self.config.command_timeout)
+            .filter(|timeout| !timeout.is_zero());
+        let retries = command.retries.unwrap_or(self.config.max_command_retries);
+        let mut attempt = 0;
+        loop {
+            match self.attempt(command, master, timeout, debug) {
+                Ok(reply) => {
+                    if matches!(reply, Reply::Error(_)) {
+                        self.stats.inc(Counter::CommandsError);
+                    }
+                    return Ok(reply);
+                }
+                Err(err) if attempt < retries => {
+                    if self.config.debug {
+                        debug(&format!("attempt {} failed ({err}); retrying", attempt + 1));
+                    }
+                    attempt += 1;
+                    self.stats.inc(Counter::CommandsRetried);
+                }
+                Err(err) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    fn attempt(
+        &self,
+        command: &mut Command,
+        master: bool,
+        timeout: Option<Duration>,
+        debug: &mut dyn FnMut(&str),
+    ) -> Result<Reply> {
+        let index = self.pick_server(master)?;
+        let server = &self.servers[index];
+        if self.config.debug {
+            debug(&format!(
+                "sending {} to {}",
+                String::from_utf8_lossy(command.name()),
+                server.connector.location()
+            ));
+        }
+        let mut lease = self.lease(index)?;
+        let conn = lease.conn();
+        if server.role() == Role::Auto {
+            if let Ok(reply) = conn.request(b"*1\r\n$4\r\nROLE\r\n", timeout) {
+                if let Some(role) = role_from_reply(&reply) {
+                    server.set_role(role);
+                    if role == Role::Slave && (master || self.config.ignore_slaves) {
+                        return Err(Error::NoServer { role: "master" });
+                    }
+                }
+            }
+        }
+        let value = if let Some(evalsha) = command.packed_as_evalsha() {
+            match self.request(conn, server, &evalsha, timeout)? {
+                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => {
+                    self.stats.inc(Counter::CommandsNoscript);
+                    self.request(conn, server, command.packed(), timeout)?
+                }
+                value => value,
+            }
+        } else {
+            self.request(conn, server, command.packed(), timeout)?
+        };
+        Ok(Reply::from(value))
+    }
+
+    /// One request on `conn`, turning transport failures into counted,
+    /// logged errors (and the server sick when it went away).
+    fn request(
+        &self,
+        conn: &mut Connection,
+        server: &Server,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<redis::Value> {
+        conn.request(packed, timeout).map_err(|failure| {
+            let location = server.connector.location().to_string();
+            match failure {
+                Failure::Timeout => {
+                    self.stats.inc(Counter::DroppedError);
+                    Error::Timeout {
+                        server: location,
+                        timeout_ms: timeout.map_or(0, |t| t.as_millis()),
+                    }
+                }
+                Failure::HungUp(source) => {
+                    self.stats.inc(Counter::DroppedHungUp);
+                    server.health.mark_failed();
+                    Error::Io {
+                        server: location,
+                        source,
+                    }
+                }
+                Failure::Io(source) => {
+                    self.stats.inc(Counter::DroppedError);
+                    server.health.mark_failed();
+                    Error::Io {
+                        server: location,
+                        source,
+                    }
+                }
+            }
+        })
+    }
+
+    /// Renders the counters (and each server's state) as `.stats()` shows.
+    pub fn write_stats(&self, out: &mut String, format: &StatsFormat) {
+        let servers: Vec<ServerSnapshot> = self
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(index, server)| self.server_snapshot(index, server))
+            .collect();
+        let context = StatsContext {
+            db_name: &self.name,
+            servers: &servers,
+        };
+        match format {
+            StatsFormat::Json => self.stats.write_json(out, &context),
+            StatsFormat::Prometheus(options) => self.stats.write_prometheus(out, &context, options),
+        }
+    }
+
+    fn server_snapshot(&self, index: usize, server: &Server) -> ServerSnapshot {
+        let (open, idle) = self.pool_state(index);
+        ServerSnapshot {
+            location: server.connector.location().to_string(),
+            role: server.role(),
+            sick: server.health.is_sick(Instant::now()),
+            connections_open: u64::from(open),
+            connections_idle: u64::from(idle),
+        }
+    }
+
+    /// Closes idle connections (VCL cold). Returns how many were closed.
+    pub fn close_idle(&self) -> usize {
+        match &self.connections {
+            Connections::Private(connections) => connections.close_idle(),
+            Connections::Shared(pools) => pools.iter().map(SharedPool::close_idle).sum(),
+        }
+    }
+}
+
+impl Drop for Database {
+    /// Closes every connection and waits (bounded) until the pool thread has
+    /// exited: after `vcl.discard` varnishd may unload the .so, and a thread
+    /// still running its code would crash the child.
+    fn drop(&mut self) {
+        let connections = std::mem::replace(
+            &mut self.connections,
+            Connections::Private(PrivateConnections::new(1)),
+        );
+        let shared = matches!(connections, Connections::Shared(_));
+        drop(connections);
+        if shared {
+            let bound = self.config.connection_timeout.unwrap_or(DEFAULT_POOL_WAIT)
+                + Duration::from_secs(1);
+            wait_for_thread_exit(&self.pool_thread_name, bound);
+        }
+    }
+}
+
+/// Waits until no thread of this process is named `name` (as
+/// /proc/self/task/*/comm shows it), at most `bound`.
+fn wait_for_thread_exit(name: &str, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    let running = || {
+        std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| {
+            tasks.flatten().any(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() == name)
+            })
+        })
+    };
+    while running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

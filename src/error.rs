@@ -1,0 +1,42 @@
+//! Errors of command execution and set-up, as the VCL log shows them.
+use crate::config::ConfigError;
+
+/// Why a command (or a database) failed. The text goes to VSL after
+/// `[REDIS] db <name>`, so it names the server and what happened.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{feature} is not supported yet")]
+    Unsupported { feature: &'static str },
+    #[error("cannot connect to {server}: {source}")]
+    Connect {
+        server: String,
+        source: redis::RedisError,
+    },
+    #[error("no connection to {server} within {waited_ms} ms (pool of {pool_size}): {detail}")]
+    PoolTimeout {
+        server: String,
+        waited_ms: u128,
+        pool_size: u32,
+        detail: String,
+    },
+    /// An idle connection that must not be reused (never shown to VCL).
+    #[error("connection discarded: {0}")]
+    Discarded(&'static str),
+    #[error("I/O error on {server}: {source}")]
+    Io {
+        server: String,
+        source: redis::RedisError,
+    },
+    #[error("timeout after {timeout_ms} ms waiting for {server}")]
+    Timeout { server: String, timeout_ms: u128 },
+    #[error("no {role} server available")]
+    NoServer { role: &'static str },
+    #[error("no command to execute: call .command() first")]
+    NoCommand,
+    #[error("command of {size} bytes is larger than the {limit} bytes limit")]
+    CommandTooLarge { size: usize, limit: usize },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,26 @@
+//! vmod-redis: a Varnish VMOD for Redis, written in Rust.
+//!
+//! Layers, top to bottom:
+//! - [`ffi`]: the only `unsafe` code. C types, the `vmod_*` entry points that
+//!   vmod.vcc declares, workspace copies, PRIV slots, VSL, panics.
+//! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
+//! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
+//!   (routing, execution, retries), [`connection`] (private / shared),
+//!   [`command`], [`reply`], [`stats`].
+// The FFI layer (and the VCL layer that only it calls) need varnishd's
+// symbols, so unit-test builds leave them out and test the logic beneath.
+#![cfg_attr(test, allow(dead_code))]
+
+pub mod command;
+pub mod config;
+pub mod connection;
+pub mod database;
+pub mod error;
+pub mod reply;
+pub mod server;
+pub mod stats;
+
+#[cfg(not(test))]
+mod ffi;
+#[cfg(not(test))]
+mod vcl;

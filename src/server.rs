@@ -1,0 +1,158 @@
+//! One Redis server of a database: where it is, its role, its health.
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Location, Role};
+use crate::connection::Connector;
+
+/// When a server last failed (connect or I/O error), as milliseconds since
+/// `epoch` (0: never). Atomics: every worker reads it on every command.
+pub struct Health {
+    epoch: Instant,
+    sickness_ttl: Duration,
+    failed_at_ms: AtomicU64,
+}
+
+impl Health {
+    pub fn new(sickness_ttl: Duration) -> Self {
+        Health {
+            epoch: Instant::now(),
+            sickness_ttl,
+            failed_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn ms_since_epoch(&self, at: Instant) -> u64 {
+        // +1 so that a failure in the first millisecond is not "never".
+        at.saturating_duration_since(self.epoch).as_millis() as u64 + 1
+    }
+
+    /// Records a failure now: the server is sick for `sickness_ttl`, and
+    /// connections opened before now are not reused.
+    pub fn mark_failed(&self) {
+        self.failed_at_ms
+            .store(self.ms_since_epoch(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Sick: failed less than `sickness_ttl` ago.
+    pub fn is_sick(&self, now: Instant) -> bool {
+        match self.failed_at_ms.load(Ordering::Relaxed) {
+            0 => false,
+            failed => {
+                self.ms_since_epoch(now)
+                    < failed.saturating_add(self.sickness_ttl.as_millis() as u64)
+            }
+        }
+    }
+
+    /// True when a connection opened at `created` predates the last
+    /// failure: after a Redis restart every such connection is dead.
+    pub fn outdates(&self, created: Instant) -> bool {
+        match self.failed_at_ms.load(Ordering::Relaxed) {
+            0 => false,
+            failed => self.ms_since_epoch(created) <= failed,
+        }
+    }
+}
+
+const ROLE_UNKNOWN: u8 = 0;
+const ROLE_MASTER: u8 = 1;
+const ROLE_SLAVE: u8 = 2;
+
+/// A server of a database. Its role may be learnt later (`type=auto` with
+/// the server down at start-up), hence the atomic.
+pub struct Server {
+    pub location: Location,
+    pub connector: Connector,
+    pub health: Arc<Health>,
+    role: AtomicU8,
+}
+
+impl Server {
+    pub fn new(location: Location, connector: Connector, role: Role, health: Arc<Health>) -> Self {
+        let server = Server {
+            location,
+            connector,
+            health,
+            role: AtomicU8::new(ROLE_UNKNOWN),
+        };
+        server.set_role(role);
+        server
+    }
+
+    /// Master or Slave once known; `Auto` while still unknown.
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Relaxed) {
+            ROLE_MASTER => Role::Master,
+            ROLE_SLAVE => Role::Slave,
+            _ => Role::Auto,
+        }
+    }
+
+    pub fn set_role(&self, role: Role) {
+        let value = match role {
+            Role::Master => ROLE_MASTER,
+            Role::Slave => ROLE_SLAVE,
+            Role::Auto | Role::Cluster => ROLE_UNKNOWN,
+        };
+        self.role.store(value, Ordering::Relaxed);
+    }
+}
+
+/// Reads the role out of a `ROLE` reply (`["master", ...]`, `["slave", ...]`).
+pub fn role_from_reply(reply: &redis::Value) -> Option<Role> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    let name: &[u8] = match items.first()? {
+        redis::Value::BulkString(bytes) => bytes,
+        redis::Value::SimpleString(text) => text.as_bytes(),
+        _ => return None,
+    };
+    match name {
+        b"master" => Some(Role::Master),
+        b"slave" | b"replica" => Some(Role::Slave),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    #[test]
+    fn health_turns_sick_then_recovers() {
+        let health = Health::new(Duration::from_millis(50));
+        let start = Instant::now();
+        assert!(!health.is_sick(start));
+        assert!(!health.outdates(start));
+        health.mark_failed();
+        assert!(health.is_sick(Instant::now()));
+        assert!(health.outdates(start));
+        assert!(!health.is_sick(Instant::now() + Duration::from_millis(100)));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!health.outdates(Instant::now()));
+    }
+
+    #[test]
+    fn zero_sickness_ttl_never_sick() {
+        let health = Health::new(Duration::ZERO);
+        health.mark_failed();
+        assert!(!health.is_sick(Instant::now()));
+    }
+
+    #[test]
+    fn role_reply_parsing() {
+        let master = Value::Array(vec![Value::BulkString(b"master".to_vec()), Value::Int(0)]);
+        let slave = Value::Array(vec![Value::BulkString(b"slave".to_vec())]);
+        assert_eq!(role_from_reply(&master), Some(Role::Master));
+        assert_eq!(role_from_reply(&slave), Some(Role::Slave));
+        assert_eq!(role_from_reply(&Value::Nil), None);
+        assert_eq!(
+            role_from_reply(&Value::Array(vec![Value::BulkString(b"sentinel".to_vec())])),
+            None
+        );
+    }
+}

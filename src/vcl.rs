@@ -1,0 +1,317 @@
+//! The VCL-facing layer: one safe function per vmod.vcc entry, called by
+//! the thin `extern "C"` shims in `ffi::exports`. Errors are logged to VSL
+//! (`VCL_Error`, `[REDIS]` prefix) and leave the reply slot empty;
+//! configuration errors fail `vcl.load`.
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::command::Command;
+use crate::config::{DbArgs, DbConfig, Subnets};
+use crate::database::{Database, StatsFormat};
+use crate::error::Error;
+use crate::ffi::{Ctx, LogTag};
+use crate::reply::Reply;
+use crate::stats::PrometheusOptions;
+
+/// What one loaded VCL holds (PRIV_VCL): its databases by VCL name, for
+/// the proxied functions and the events, and the subnet weights.
+#[derive(Default)]
+pub struct VclState {
+    databases: RwLock<Vec<Arc<Database>>>,
+    subnets: Mutex<Option<Subnets>>,
+}
+
+/// Module-level task state (PRIV_TASK of the proxied functions): the
+/// database picked by `redis.use()`.
+#[derive(Default)]
+pub struct TaskState {
+    used: RefCell<Option<Arc<Database>>>,
+}
+
+/// The per-task command and reply of one database object.
+#[derive(Default)]
+pub struct Slot {
+    command: Option<Command>,
+    reply: Option<Reply>,
+}
+
+type SlotCell = RefCell<Slot>;
+
+/// Logs a request-time error, naming the database.
+fn log_error(ctx: &Ctx, db: &Database, what: &str) {
+    ctx.log(LogTag::Error, &format!("[REDIS] db {}: {what}", db.name()));
+}
+
+fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
+    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db) as *const c_void);
+    if slot.is_none() {
+        log_error(
+            ctx,
+            db,
+            "no task here (call it from a client or backend subroutine)",
+        );
+    }
+    slot
+}
+
+// ---- vcl_init: configuration ------------------------------------------
+
+/// `new db = redis.db(...)`.
+pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Arc<Database>> {
+    let created = DbConfig::from_args(args)
+        .map_err(Error::from)
+        .and_then(|config| Database::new(name, config));
+    match created {
+        Ok(db) => {
+            let db = Arc::new(db);
+            vcl.databases.write().push(db.clone());
+            // Later subnets() calls are ignored once a database exists.
+            vcl.subnets.lock().get_or_insert_with(Subnets::default);
+            Some(db)
+        }
+        Err(err) => {
+            ctx.fail(&format!("[REDIS] db {name}: {err}"));
+            None
+        }
+    }
+}
+
+/// `.add_server()`: more servers per database come with replicas support.
+pub fn add_server(ctx: &Ctx, db: &Database, location: &str, _role: &str) {
+    ctx.fail(&format!(
+        "[REDIS] db {}: add_server({location}): more than one server per database is not supported yet",
+        db.name()
+    ));
+}
+
+/// `redis.subnets()`: parsed now so a typo fails `vcl.load`.
+pub fn subnets(ctx: &Ctx, vcl: &VclState, masks: &str) {
+    let masks = if masks.is_empty() {
+        std::env::var("VMOD_REDIS_SUBNETS").unwrap_or_default()
+    } else {
+        masks.to_string()
+    };
+    let mut current = vcl.subnets.lock();
+    if current.is_some() {
+        ctx.log(
+            LogTag::Error,
+            "[REDIS] subnets() ignored: call it before the first redis.db()",
+        );
+        return;
+    }
+    match Subnets::parse(&masks) {
+        Ok(parsed) => *current = Some(parsed),
+        Err(err) => ctx.fail(&format!("[REDIS] subnets(\"{masks}\"): {err}")),
+    }
+}
+
+/// `redis.sentinels()`: only an empty list is accepted for now.
+pub fn sentinels(ctx: &Ctx, locations: &str) {
+    let locations = if locations.is_empty() {
+        std::env::var("VMOD_REDIS_SENTINELS").unwrap_or_default()
+    } else {
+        locations.to_string()
+    };
+    if !locations.trim().is_empty() {
+        ctx.fail(&format!(
+            "[REDIS] sentinels(\"{locations}\"): Sentinel support is not supported yet"
+        ));
+    }
+}
+
+// ---- building and running a command ---------------------------------
+
+pub fn command(ctx: &Ctx, db: &Arc<Database>, name: &[u8]) {
+    let Some(slot) = slot(ctx, db) else { return };
+    let mut slot = slot.borrow_mut();
+    slot.reply = None;
+    if name.is_empty() {
+        slot.command = None;
+        log_error(ctx, db, "command(): empty command name");
+    } else {
+        slot.command = Some(Command::new(name));
+    }
+}
+
+/// Applies `edit` to the pending command, or logs that there is none.
+fn with_command(ctx: &Ctx, db: &Arc<Database>, what: &str, edit: impl FnOnce(&mut Command)) {
+    let Some(slot) = slot(ctx, db) else { return };
+    match slot.borrow_mut().command.as_mut() {
+        Some(command) => edit(command),
+        None => log_error(
+            ctx,
+            db,
+            &format!("{what}: no command (call .command() first)"),
+        ),
+    }
+}
+
+pub fn push(ctx: &Ctx, db: &Arc<Database>, arg: &[u8]) {
+    with_command(ctx, db, "push()", |command| command.push(arg));
+}
+
+pub fn timeout(ctx: &Ctx, db: &Arc<Database>, ms: i64) {
+    match u64::try_from(ms) {
+        Ok(ms) => with_command(ctx, db, "timeout()", |command| {
+            command.timeout = Some(std::time::Duration::from_millis(ms));
+        }),
+        Err(_) => log_error(ctx, db, &format!("timeout({ms}): must be >= 0")),
+    }
+}
+
+pub fn retries(ctx: &Ctx, db: &Arc<Database>, retries: i64) {
+    match u32::try_from(retries) {
+        Ok(retries) => with_command(ctx, db, "retries()", |command| {
+            command.retries = Some(retries);
+        }),
+        Err(_) => log_error(ctx, db, &format!("retries({retries}): must be >= 0")),
+    }
+}
+
+pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
+    let Some(slot) = slot(ctx, db) else { return };
+    let mut slot = slot.borrow_mut();
+    slot.reply = None;
+    let Some(command) = slot.command.as_mut() else {
+        log_error(ctx, db, "execute(): no command (call .command() first)");
+        return;
+    };
+    let mut debug = |msg: &str| ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name()));
+    match db.execute(command, master, &mut debug) {
+        Ok(reply) => slot.reply = Some(reply),
+        Err(err) => {
+            let name = String::from_utf8_lossy(command.name()).into_owned();
+            log_error(ctx, db, &format!("{name}: {err}"));
+        }
+    }
+}
+
+/// `.easy_execute()`: command, pushes, overrides and execute in one call.
+pub fn easy_execute(
+    ctx: &Ctx,
+    db: &Arc<Database>,
+    name: &[u8],
+    args: &[&[u8]],
+    timeout_ms: Option<i64>,
+    max_retries: Option<i64>,
+    master: bool,
+) {
+    command(ctx, db, name);
+    for arg in args {
+        push(ctx, db, arg);
+    }
+    if let Some(ms) = timeout_ms {
+        timeout(ctx, db, ms);
+    }
+    if let Some(count) = max_retries {
+        retries(ctx, db, count);
+    }
+    execute(ctx, db, master);
+}
+
+pub fn free(ctx: &Ctx, db: &Arc<Database>) {
+    if let Some(slot) = slot(ctx, db) {
+        *slot.borrow_mut() = Slot::default();
+    }
+}
+
+/// Runs a reply reader on the slot's reply (None before any reply).
+pub fn with_reply<R>(ctx: &Ctx, db: &Arc<Database>, read: impl FnOnce(Option<&Reply>) -> R) -> R {
+    match slot(ctx, db) {
+        Some(slot) => read(slot.borrow().reply.as_ref()),
+        None => read(None),
+    }
+}
+
+// ---- introspection ----------------------------------------------------
+
+/// `.stats()`: the text, or None when it was streamed into the body.
+pub fn stats(
+    ctx: &Ctx,
+    db: &Database,
+    format: &str,
+    stream: bool,
+    prometheus: &PrometheusOptions,
+) -> Option<String> {
+    let format = if format == "prometheus" {
+        StatsFormat::Prometheus(prometheus)
+    } else {
+        StatsFormat::Json
+    };
+    let mut text = String::with_capacity(1024);
+    db.write_stats(&mut text, &format);
+    if stream && ctx.in_synth() {
+        ctx.synth_write(&text);
+        None
+    } else {
+        Some(text)
+    }
+}
+
+pub fn counter(ctx: &Ctx, db: &Database, name: &str) -> i64 {
+    match db.stats().counter(name) {
+        Some(value) => i64::try_from(value).unwrap_or(i64::MAX),
+        None => {
+            log_error(ctx, db, &format!("counter(\"{name}\"): no such counter"));
+            0
+        }
+    }
+}
+
+// ---- proxied functions and events -----------------------------------
+
+/// The database a proxied function works on: `db` by VCL name, else the
+/// one picked by `use()`, else the first one the VCL created.
+pub fn resolve(
+    ctx: &Ctx,
+    vcl: &VclState,
+    task: Option<&TaskState>,
+    name: &[u8],
+) -> Option<Arc<Database>> {
+    let databases = vcl.databases.read();
+    let found = if name.is_empty() {
+        task.and_then(|task| task.used.borrow().clone())
+            .or_else(|| databases.first().cloned())
+    } else {
+        databases
+            .iter()
+            .find(|db| db.name().as_bytes() == name)
+            .cloned()
+    };
+    if found.is_none() {
+        ctx.log(
+            LogTag::Error,
+            &format!(
+                "[REDIS] unknown database \"{}\"",
+                String::from_utf8_lossy(name)
+            ),
+        );
+    }
+    found
+}
+
+/// `redis.use(db)`.
+pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) {
+    if name.is_empty() {
+        ctx.log(LogTag::Error, "[REDIS] use(): empty database name");
+        return;
+    }
+    if let (Some(db), Some(task)) = (resolve(ctx, vcl, None, name), task) {
+        *task.used.borrow_mut() = Some(db);
+    }
+}
+
+/// VCL cold: close idle connections. Discard: forget the databases (the
+/// objects' own `__fini` drops the rest).
+pub fn cold(vcl: &VclState) {
+    for db in vcl.databases.read().iter() {
+        db.close_idle();
+    }
+}
+
+pub fn discard(vcl: &VclState) {
+    vcl.databases.write().clear();
+}

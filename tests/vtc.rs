@@ -1,0 +1,916 @@
+//! varnishtest harness: one libtest-mimic trial per `vtc/*.vtc`, sorted by name.
+//!
+//! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
+//! (substring of the trial name, i.e. of the file name without `.vtc`).
+//!
+//! # The module under test
+//! * `$VMOD_REDIS_SO`, when set, is used as is (no build). Handy with the
+//!   system C VMOD to check a vtc: `/usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_redis.so`.
+//! * Otherwise the harness runs `cargo build --lib` itself, once, before the
+//!   first trial (`cargo test` does not build a `cdylib`-only lib for
+//!   integration tests). It builds into the target directory and profile of
+//!   this test binary (so `CARGO_TARGET_DIR`, `--release` and `--target` are
+//!   followed) and, should cargo report that the build directory is locked,
+//!   falls back to the separate target directory `<target>/vtc-harness`.
+//!
+//! varnishd drops privileges, so the .so is copied (0644) into a fresh 0755
+//! directory under `$TMPDIR` (default `/tmp`) and the vtc files load it with
+//! `import redis from "${vmod_so}";`.
+//!
+//! # Directives
+//! A vtc file declares what it needs in comment lines starting with `#@ `
+//! (leading blanks allowed), processed in file order:
+//!
+//! ```text
+//! #@ redis NAME [ARG...]           standalone redis-server
+//! #@ replica NAME MASTER [ARG...]  redis-server --replicaof 127.0.0.1 <MASTER's port>
+//! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
+//! ```
+//!
+//! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
+//! --daemonize no --repl-diskless-sync-delay 0 --dir <dir>/NAME.data
+//! --unixsocket <dir>/NAME.sock --unixsocketperm 777 --logfile <dir>/NAME.log`
+//! (stdout and stderr go to `<dir>/NAME.out`), then the ARGs verbatim (a
+//! later redis option overrides an earlier one). P is a free loopback port
+//! (another is tried when redis reports "Address already in use"). A server
+//! is up when it answers PING (`+PONG`, `-NOAUTH`, any reply but `-LOADING`)
+//! within 10 s; a replica, in addition, when its `INFO replication` shows
+//! `master_link_status:up` within 20 s (the INFO is sent after `AUTH <pw>`
+//! when its ARGs hold `--requirepass <pw>`). A vtc may stop or kill a server
+//! itself (`kill ${main_pid}`); the harness then finds it gone.
+//!
+//! Quoting of ARGs, shell-like: words are separated by blanks; `"..."` and
+//! `'...'` group (so `""` is an empty argument and `'>p w'` one argument);
+//! inside double quotes `\"` and `\\` are escapes; outside quotes a
+//! backslash escapes the next character. `${macro}` in ARGs is replaced by the
+//! macro of a server declared above (unknown ones are an error). Examples:
+//!
+//! ```text
+//! #@ redis main --requirepass s3cret --user alice on '>pw' '~*' +@all
+//! #@ replica r1 main --masterauth s3cret
+//! #@ redis other --replicaof 127.0.0.1 ${main_port} --masterauth s3cret
+//! ```
+//!
+//! NAME: letters, digits and `_` only (varnishtest macro names allow
+//! `[a-zA-Z0-9_]`); unique within the file.
+//!
+//! # Macros passed to varnishtest (`-Dname=value`)
+//! * `${vmod_so}`: absolute path of the .so to import.
+//! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
+//! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
+//!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
+//!   per-test directory, which varnishtest defines itself (a `-Dtmpdir` would
+//!   be ignored).
+//! * per server NAME: `${NAME_addr}` (`127.0.0.1:PORT`), `${NAME_port}`,
+//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`.
+//!
+//! # Result
+//! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
+//! failure its message holds varnishtest's output (the failing log; `-q` is
+//! not used as it would print only the FAILED line) and the
+//! tail of each server's log. All servers are stopped by PID (SIGTERM, then
+//! SIGKILL after 5 s) and the directory is removed, also on failure or panic.
+//!
+//! Environment: `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
+//! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
+//! `-L` to varnishtest; their paths are printed).
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const SO_NAME: &str = "libvmod_redis.so";
+const DEFAULT_TIMEOUT_SECS: u64 = 120;
+const PING_DEADLINE: Duration = Duration::from_secs(10);
+const REPLICA_DEADLINE: Duration = Duration::from_secs(20);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const PORT_ATTEMPTS: usize = 5;
+/// Keep at most this much of varnishtest's output in a failure message.
+const MAX_OUTPUT: usize = 512 * 1024;
+const LOG_TAIL_LINES: usize = 40;
+
+fn main() {
+    let args = Arguments::from_args();
+    let vtc_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vtc");
+    let mut files: Vec<PathBuf> = match fs::read_dir(&vtc_dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "vtc"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    let trials = files
+        .into_iter()
+        .map(|file| {
+            let name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Trial::test(name, move || run_file(&file))
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(Ok(base)) = BASE_DIR.get() {
+        if !keep() {
+            let _ = fs::remove_dir_all(base);
+        }
+    }
+    conclusion.exit();
+}
+
+fn keep() -> bool {
+    std::env::var_os("VTC_KEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+// ---------------------------------------------------------------------------
+// The shared directory and the .so
+
+static BASE_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static VMOD_SO: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static TRIAL_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// `$TMPDIR/vmod-redis-vtc.<pid>`, mode 0755, holding the .so copy and one
+/// directory per trial.
+fn base_dir() -> Result<PathBuf, String> {
+    BASE_DIR
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("vmod-redis-vtc.{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            make_dir(&dir)?;
+            Ok(dir)
+        })
+        .clone()
+}
+
+fn make_dir(dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", dir.display()))
+}
+
+/// The installed (copied) .so, built first when needed. Built once per run.
+fn vmod_so() -> Result<PathBuf, String> {
+    VMOD_SO
+        .get_or_init(|| {
+            let src = match std::env::var_os("VMOD_REDIS_SO").filter(|v| !v.is_empty()) {
+                Some(p) => PathBuf::from(p),
+                None => build_so()?,
+            };
+            if !src.is_file() {
+                return Err(format!("{}: no such file", src.display()));
+            }
+            let dst = base_dir()?.join(SO_NAME);
+            fs::copy(&src, &dst)
+                .map_err(|e| format!("copy {} to {}: {e}", src.display(), dst.display()))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(0o644))
+                .map_err(|e| format!("chmod {}: {e}", dst.display()))?;
+            Ok(dst)
+        })
+        .clone()
+}
+
+/// Where cargo put this test binary: `<target-dir>[/<triple>]/<profile-dir>/deps/vtc-HASH`.
+struct BuildLayout {
+    target_dir: PathBuf,
+    triple: Option<String>,
+    profile_dir_name: String,
+}
+
+fn build_layout() -> Option<BuildLayout> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    let profile_dir = deps.parent()?;
+    let profile_dir_name = profile_dir.file_name()?.to_str()?.to_string();
+    let above = profile_dir.parent()?;
+    // cargo marks the target directory with CACHEDIR.TAG.
+    if above.join("CACHEDIR.TAG").is_file() {
+        return Some(BuildLayout {
+            target_dir: above.to_path_buf(),
+            triple: None,
+            profile_dir_name,
+        });
+    }
+    let top = above.parent()?;
+    if top.join("CACHEDIR.TAG").is_file() {
+        return Some(BuildLayout {
+            target_dir: top.to_path_buf(),
+            triple: Some(above.file_name()?.to_str()?.to_string()),
+            profile_dir_name,
+        });
+    }
+    None
+}
+
+fn build_so() -> Result<PathBuf, String> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let layout = build_layout();
+    let mut args: Vec<OsString> = ["build", "--lib", "--message-format=json-render-diagnostics"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let target_dir = match &layout {
+        Some(l) => {
+            match l.profile_dir_name.as_str() {
+                "debug" => {}
+                "release" => args.push("--release".into()),
+                other => {
+                    args.push("--profile".into());
+                    args.push(other.into());
+                }
+            }
+            if let Some(t) = &l.triple {
+                args.push("--target".into());
+                args.push(t.into());
+            }
+            l.target_dir.clone()
+        }
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| manifest_dir.join("target")),
+    };
+    match cargo_build(manifest_dir, &args, &target_dir)? {
+        BuildOutcome::Built(so) => Ok(so),
+        BuildOutcome::Locked => {
+            let alt = target_dir.join("vtc-harness");
+            eprintln!(
+                "vtc: build directory locked, building into {} instead",
+                alt.display()
+            );
+            match cargo_build(manifest_dir, &args, &alt)? {
+                BuildOutcome::Built(so) => Ok(so),
+                BuildOutcome::Locked => Err(format!("{} is locked too", alt.display())),
+            }
+        }
+    }
+}
+
+enum BuildOutcome {
+    Built(PathBuf),
+    Locked,
+}
+
+fn cargo_build(
+    manifest_dir: &Path,
+    args: &[OsString],
+    target_dir: &Path,
+) -> Result<BuildOutcome, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!(
+        "vtc: building {SO_NAME}: cargo {} --target-dir {}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        target_dir.display()
+    );
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(manifest_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("run {}: {e}", cargo.to_string_lossy()))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let out_reader = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stdout).read_to_string(&mut s);
+        s
+    });
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<String>();
+    let err_reader = thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err_text = String::new();
+    let mut locked = false;
+    for line in rx {
+        eprintln!("{line}");
+        if line.contains("Blocking waiting for file lock") && !line.contains("package cache") {
+            locked = true;
+            let _ = child.kill();
+        }
+        err_text.push_str(&line);
+        err_text.push('\n');
+    }
+    let status = child.wait().map_err(|e| format!("wait for cargo: {e}"))?;
+    let _ = err_reader.join();
+    let json = out_reader.join().unwrap_or_default();
+    if locked {
+        return Ok(BuildOutcome::Locked);
+    }
+    if !status.success() {
+        return Err(format!("cargo build --lib failed ({status}):\n{err_text}"));
+    }
+    artifact_path(&json)
+        .map(BuildOutcome::Built)
+        .ok_or_else(|| format!("cargo build did not report {SO_NAME}:\n{err_text}"))
+}
+
+/// The `.so` named in cargo's `compiler-artifact` JSON messages.
+fn artifact_path(json: &str) -> Option<PathBuf> {
+    json.lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .find_map(|l| {
+            let files = &l[l.find("\"filenames\":[")? + 13..];
+            let files = &files[..files.find(']')?];
+            files
+                .split(',')
+                .map(|f| f.trim().trim_matches('"'))
+                .find(|f| f.ends_with(&format!("/{SO_NAME}")))
+                .map(|f| PathBuf::from(f.replace("\\\\", "\\")))
+        })
+}
+
+// ---------------------------------------------------------------------------
+// Directives
+
+#[derive(Debug)]
+enum Directive {
+    Redis {
+        name: String,
+        args: Vec<String>,
+    },
+    Replica {
+        name: String,
+        master: String,
+        args: Vec<String>,
+    },
+    Timeout(u64),
+}
+
+fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(rest) = line.trim_start().strip_prefix("#@ ") else {
+            continue;
+        };
+        let at = |msg: String| format!("line {}: {msg}: {line}", i + 1);
+        let words = split_words(rest).map_err(at)?;
+        let Some((kind, params)) = words.split_first() else {
+            return Err(at("empty directive".into()));
+        };
+        let directive = match kind.as_str() {
+            "redis" => {
+                let (name, args) = params
+                    .split_first()
+                    .ok_or_else(|| at("usage: #@ redis NAME [ARG...]".into()))?;
+                Directive::Redis {
+                    name: name.clone(),
+                    args: args.to_vec(),
+                }
+            }
+            "replica" => {
+                if params.len() < 2 {
+                    return Err(at("usage: #@ replica NAME MASTER [ARG...]".into()));
+                }
+                Directive::Replica {
+                    name: params[0].clone(),
+                    master: params[1].clone(),
+                    args: params[2..].to_vec(),
+                }
+            }
+            "timeout" => match params {
+                [secs] => Directive::Timeout(
+                    secs.parse()
+                        .map_err(|_| at("usage: #@ timeout SECONDS".into()))?,
+                ),
+                _ => return Err(at("usage: #@ timeout SECONDS".into())),
+            },
+            other => return Err(at(format!("unknown directive {other:?}"))),
+        };
+        out.push(directive);
+    }
+    Ok(out)
+}
+
+/// Shell-like word splitting; see the module documentation.
+fn split_words(s: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\')) => cur.push(e),
+                            Some(e) => {
+                                cur.push('\\');
+                                cur.push(e);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated double quote".into()),
+                    }
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated single quote".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(e) => cur.push(e),
+                    None => return Err("trailing backslash".into()),
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// Replaces `${name}` by the macro's value; unknown macros are an error.
+fn expand(arg: &str, macros: &[(String, String)]) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unterminated macro in {arg:?}"))?;
+        let name = &after[..end];
+        let value = macros
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("unknown macro ${{{name}}} in {arg:?}"))?;
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+// ---------------------------------------------------------------------------
+// One trial
+
+struct Server {
+    name: String,
+    port: u16,
+    child: Child,
+    log: PathBuf,
+    out: PathBuf,
+}
+
+/// Owns the per-file directory and the servers; cleans both up on drop.
+struct Fixture {
+    dir: PathBuf,
+    servers: Vec<Server>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            if matches!(s.child.try_wait(), Ok(None)) {
+                // sh's builtin kill: no dependency on procps or libc.
+                let pid = s.child.id().to_string();
+                let _ = Command::new("sh")
+                    .args(["-c", "kill -TERM \"$1\"", "sh", &pid])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for s in &mut self.servers {
+            loop {
+                match s.child.try_wait() {
+                    Ok(None) if Instant::now() < deadline => {
+                        thread::sleep(Duration::from_millis(20))
+                    }
+                    Ok(Some(_)) => break,
+                    _ => {
+                        let _ = s.child.kill();
+                        let _ = s.child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+        if keep() {
+            eprintln!("vtc: kept {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Fixture {
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for srv in &self.servers {
+            for path in [&srv.log, &srv.out] {
+                let tail = tail_lines(path, LOG_TAIL_LINES);
+                if !tail.trim().is_empty() {
+                    s.push_str(&format!(
+                        "\n--- redis {} (port {}, pid {}): tail of {} ---\n{tail}",
+                        srv.name,
+                        srv.port,
+                        srv.child.id(),
+                        path.display()
+                    ));
+                }
+            }
+        }
+        s
+    }
+}
+
+fn tail_lines(path: &Path, n: usize) -> String {
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..].join("\n") + "\n"
+}
+
+fn run_file(file: &Path) -> Result<(), Failed> {
+    let text = fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
+    let directives = parse_directives(&text)?;
+    let so = vmod_so()?;
+    let base = base_dir()?;
+
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let short: String = stem.chars().take(40).collect();
+    let dir = base.join(format!(
+        "{}-{short}",
+        TRIAL_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    make_dir(&dir)?;
+    let mut fx = Fixture {
+        dir: dir.clone(),
+        servers: Vec::new(),
+    };
+
+    let mut macros: Vec<(String, String)> = vec![
+        ("vmod_so".into(), so.display().to_string()),
+        ("redis_cli".into(), which("redis-cli", "/usr/bin/redis-cli")),
+        ("harness_tmpdir".into(), dir.display().to_string()),
+    ];
+    let mut ports: HashMap<String, u16> = HashMap::new();
+    let mut timeout = std::env::var("VTC_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+
+    for d in &directives {
+        let (name, master, raw_args) = match d {
+            Directive::Timeout(t) => {
+                timeout = *t;
+                continue;
+            }
+            Directive::Redis { name, args } => (name, None, args),
+            Directive::Replica { name, master, args } => (name, Some(master), args),
+        };
+        if !valid_name(name) {
+            return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
+        }
+        if ports.contains_key(name) {
+            return Err(format!("server {name:?} declared twice").into());
+        }
+        let master_port = match master {
+            Some(m) => Some(*ports.get(m).ok_or_else(|| {
+                format!("replica {name}: unknown master {m:?} (declare it above)")
+            })?),
+            None => None,
+        };
+        let args = raw_args
+            .iter()
+            .map(|a| expand(a, &macros))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Err(e) = start_redis(&dir, name, master_port, &args, &mut fx.servers) {
+            return Err(format!("{e}{}", fx.logs()).into());
+        }
+        let srv = fx.servers.last().expect("started server");
+        let (port, pid) = (srv.port, srv.child.id());
+        if master_port.is_some() {
+            if let Err(e) = wait_replica_up(port, password_of(&args)) {
+                return Err(format!("replica {name}: {e}{}", fx.logs()).into());
+            }
+        }
+        ports.insert(name.clone(), port);
+        let sock = dir.join(format!("{name}.sock")).display().to_string();
+        macros.push((format!("{name}_addr"), format!("127.0.0.1:{port}")));
+        macros.push((format!("{name}_port"), port.to_string()));
+        macros.push((format!("{name}_sock"), sock));
+        macros.push((format!("{name}_pid"), pid.to_string()));
+    }
+
+    // Not -q: at the default verbosity varnishtest prints the whole log of a
+    // failing test (-q prints only its FAILED line).
+    let mut cmd = Command::new("varnishtest");
+    cmd.arg("-t").arg(timeout.to_string());
+    if keep() {
+        cmd.arg("-L");
+    }
+    for (k, v) in &macros {
+        cmd.arg(format!("-D{k}={v}"));
+    }
+    cmd.arg(file);
+    cmd.env("PATH", path_with_sbin());
+    cmd.stdin(Stdio::null());
+    let output = cmd
+        .output()
+        .map_err(|e| format!("run varnishtest (installed? see scripts/deps): {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    if text.len() > MAX_OUTPUT {
+        let mut cut = text.len() - MAX_OUTPUT;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = format!("[... first {cut} bytes cut ...]\n{}", &text[cut..]);
+    }
+    Err(format!(
+        "varnishtest {} {}\n{text}{}",
+        file.display(),
+        describe(output.status),
+        fx.logs()
+    )
+    .into())
+}
+
+fn describe(status: ExitStatus) -> String {
+    match status.code() {
+        Some(c) => format!("exited with {c}"),
+        None => format!("ended by {status}"),
+    }
+}
+
+fn which(prog: &str, fallback: &str) -> String {
+    std::env::split_paths(&path_with_sbin())
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| fallback.to_string())
+}
+
+/// `$PATH` plus the usual system dirs (varnishtest runs `varnishd` from PATH).
+fn path_with_sbin() -> OsString {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for d in [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ] {
+        if !dirs.iter().any(|x| x == Path::new(d)) {
+            dirs.push(d.into());
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+fn password_of(args: &[String]) -> Option<String> {
+    args.iter()
+        .position(|a| a == "--requirepass")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("local_addr: {e}"))
+}
+
+/// Starts a redis-server, waits for PING and adds it to `servers`. A server
+/// that started but did not come up is added too, so that its log is shown
+/// and it is stopped.
+fn start_redis(
+    dir: &Path,
+    name: &str,
+    replicaof: Option<u16>,
+    extra: &[String],
+    servers: &mut Vec<Server>,
+) -> Result<(), String> {
+    let sock = dir.join(format!("{name}.sock"));
+    if sock.as_os_str().len() > 100 {
+        return Err(format!("unix socket path too long: {}", sock.display()));
+    }
+    let log = dir.join(format!("{name}.log"));
+    let out = dir.join(format!("{name}.out"));
+    // Own data dir: replicas write the RDB they receive (and cluster nodes
+    // their nodes.conf) there, which another server must not load.
+    let data = dir.join(format!("{name}.data"));
+    make_dir(&data)?;
+    let mut last_err = String::new();
+    for _ in 0..PORT_ATTEMPTS {
+        let port = free_port()?;
+        let _ = fs::remove_file(&log);
+        let out_file =
+            fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
+        let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .arg("--dir")
+            .arg(&data)
+            .arg("--unixsocket")
+            .arg(&sock)
+            .args(["--unixsocketperm", "777"])
+            .arg("--logfile")
+            .arg(&log);
+        if let Some(mp) = replicaof {
+            cmd.arg("--replicaof").arg("127.0.0.1").arg(mp.to_string());
+        }
+        cmd.args(extra)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out_file)
+            .stderr(err_file);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))?;
+        let mut srv = Server {
+            name: name.to_string(),
+            port,
+            child,
+            log: log.clone(),
+            out: out.clone(),
+        };
+        match wait_ping(&mut srv) {
+            Ok(()) => {
+                servers.push(srv);
+                return Ok(());
+            }
+            Err(e) => {
+                let exited = !matches!(srv.child.try_wait(), Ok(None));
+                let logs = tail_lines(&log, LOG_TAIL_LINES) + &tail_lines(&out, LOG_TAIL_LINES);
+                if exited && logs.contains("Address already in use") {
+                    last_err = format!("redis {name}: port {port} in use");
+                    continue;
+                }
+                servers.push(srv);
+                return Err(format!("redis {name}: {e}"));
+            }
+        }
+    }
+    Err(format!("{last_err} ({PORT_ATTEMPTS} attempts)"))
+}
+
+fn wait_ping(srv: &mut Server) -> Result<(), String> {
+    let deadline = Instant::now() + PING_DEADLINE;
+    let mut last;
+    loop {
+        if let Ok(Some(status)) = srv.child.try_wait() {
+            return Err(format!("redis-server {}", describe(status)));
+        }
+        match redis_cmd(srv.port, None, &["PING"]) {
+            Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => return Ok(()),
+            Ok(r) => last = format!("PING: {r:?}"),
+            Err(e) => last = format!("PING: {e}"),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "not up after {} s on port {} ({last})",
+                PING_DEADLINE.as_secs(),
+                srv.port
+            ));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_replica_up(port: u16, password: Option<String>) -> Result<(), String> {
+    let deadline = Instant::now() + REPLICA_DEADLINE;
+    let mut last;
+    loop {
+        match redis_cmd(port, password.as_deref(), &["INFO", "replication"]) {
+            Ok(r) if r.contains("master_link_status:up") => return Ok(()),
+            Ok(r) => last = r,
+            Err(e) => last = e.to_string(),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "master_link_status not up after {} s; last INFO replication:\n{last}",
+                REPLICA_DEADLINE.as_secs()
+            ));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Minimal RESP client: sends one command (after `AUTH` when a password is
+/// given) and returns the reply's line, or a bulk string's content.
+fn redis_cmd(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = Vec::new();
+    if let Some(pw) = password {
+        encode(&mut buf, &["AUTH", pw]);
+    }
+    encode(&mut buf, args);
+    stream.write_all(&buf)?;
+    let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        let auth = read_reply(&mut reader)?;
+        if auth.starts_with('-') {
+            return Ok(auth);
+        }
+    }
+    read_reply(&mut reader)
+}
+
+fn encode(buf: &mut Vec<u8>, args: &[&str]) {
+    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+}
+
+fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    if let Some(len) = line.strip_prefix('$') {
+        let len: i64 = len
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad bulk length"))?;
+        if len < 0 {
+            return Ok(String::new());
+        }
+        let mut data = vec![0; len as usize + 2];
+        r.read_exact(&mut data)?;
+        data.truncate(len as usize);
+        return Ok(String::from_utf8_lossy(&data).into_owned());
+    }
+    Ok(line.to_string())
+}
