@@ -29,7 +29,7 @@ static POOL_THREAD_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomic
 const DEFAULT_POOL_WAIT: Duration = Duration::from_millis(1000);
 
 enum Connections {
-    Private(PrivateConnections),
+    Private(Box<PrivateConnections>),
     /// One pool per server, same index as `Database::servers`.
     Shared(Vec<SharedPool>),
 }
@@ -130,7 +130,7 @@ impl Database {
                 threads,
             )])
         } else {
-            Connections::Private(PrivateConnections::new(config.max_connections))
+            Connections::Private(Box::new(PrivateConnections::new(config.max_connections)))
         };
         let db = Database {
             name: name.to_string(),
@@ -411,7 +411,7 @@ impl Drop for Database {
     fn drop(&mut self) {
         let connections = std::mem::replace(
             &mut self.connections,
-            Connections::Private(PrivateConnections::new(1)),
+            Connections::Private(Box::new(PrivateConnections::new(1))),
         );
         let shared = matches!(connections, Connections::Shared(_));
         drop(connections);

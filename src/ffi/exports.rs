@@ -404,11 +404,7 @@ fn is_kind(reply: Option<&Reply>, kind: ReplyKind) -> VCL_BOOL {
 ///
 /// # Safety
 /// `path` is a VCL STRING argument.
-unsafe fn element<'r>(
-    reply: Option<&'r Reply>,
-    index: VCL_INT,
-    path: VCL_STRING,
-) -> Option<&'r Reply> {
+unsafe fn element(reply: Option<&Reply>, index: VCL_INT, path: VCL_STRING) -> Option<&Reply> {
     reply?.element(index, &arg_str(path))
 }
 
