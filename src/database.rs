@@ -255,7 +255,6 @@ impl Database {
         master: bool,
         debug: &mut dyn FnMut(&str),
     ) -> Result<Reply> {
-        self.stats.inc(Counter::CommandsTotal);
         let timeout = command
             .timeout
             .or(self.config.command_timeout)
@@ -265,6 +264,9 @@ impl Database {
         loop {
             match self.attempt(command, master, timeout, debug) {
                 Ok(reply) => {
+                    // As in the C VMOD: `total` counts commands that got a
+                    // reply; the others count in `failed` only.
+                    self.stats.inc(Counter::CommandsTotal);
                     if matches!(reply, Reply::Error(_)) {
                         self.stats.inc(Counter::CommandsError);
                     }

@@ -126,7 +126,15 @@ impl SharedPool {
         if self.in_use.fetch_add(1, Ordering::Relaxed) >= self.max_size {
             stats.inc(Counter::WorkersBlocked);
         }
-        match pool.get_timeout(self.wait) {
+        // A sick server with no connection at all: r2d2 keeps reconnecting
+        // in the background, so fail now rather than make every worker
+        // wait the full `wait` for a server that refused a moment ago.
+        let wait = if self.health.is_sick(Instant::now()) && pool.state().connections == 0 {
+            Duration::ZERO
+        } else {
+            self.wait
+        };
+        match pool.get_timeout(wait) {
             Ok(conn) => Ok(SharedLease {
                 conn,
                 in_use: &self.in_use,
@@ -135,7 +143,7 @@ impl SharedPool {
                 self.in_use.fetch_sub(1, Ordering::Relaxed);
                 Err(Error::PoolTimeout {
                     server: self.connector.location().to_string(),
-                    waited_ms: self.wait.as_millis(),
+                    waited_ms: wait.as_millis(),
                     pool_size: self.max_size,
                     detail: err.to_string(),
                 })
