@@ -441,3 +441,255 @@ fn wait_for_thread_exit(name: &str, bound: Duration) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DbArgs;
+    use crate::testing::RedisProcess;
+
+    fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
+        let location = redis.location();
+        let mut args = DbArgs {
+            location: &location,
+            role: "master",
+            ..DbArgs::default()
+        };
+        edit(&mut args);
+        Database::new("db", DbConfig::from_args(&args).expect("valid config")).expect("database")
+    }
+
+    fn run(db: &Database, args: &[&str]) -> Result<Reply> {
+        let mut command = Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        db.execute(&mut command, true, &mut |_| {})
+    }
+
+    #[test]
+    fn private_connection_is_reused_by_the_thread() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| args.shared_connections = false);
+        assert_eq!(
+            run(&db, &["SET", "k", "v"]).unwrap(),
+            Reply::Status("OK".into())
+        );
+        assert_eq!(
+            run(&db, &["GET", "k"]).unwrap(),
+            Reply::String(b"v".to_vec())
+        );
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+        assert_eq!(db.stats().get(Counter::CommandsTotal), 2);
+        // Another thread opens its own connection.
+        std::thread::scope(|scope| {
+            scope.spawn(|| run(&db, &["PING"]).unwrap());
+        });
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        assert_eq!(db.close_idle(), 2);
+    }
+
+    #[test]
+    fn error_reply_is_a_reply_and_counted() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |_| {});
+        let reply = run(&db, &["NOSUCHCOMMAND"]).unwrap();
+        assert!(matches!(&reply, Reply::Error(text) if text.starts_with("ERR unknown command")));
+        assert_eq!(db.stats().get(Counter::CommandsError), 1);
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 0);
+    }
+
+    #[test]
+    fn eval_goes_out_as_evalsha_and_falls_back_once() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |_| {});
+        let script = "return ARGV[1]";
+        for _ in 0..3 {
+            let reply = run(&db, &["EVAL", script, "0", "hello"]).unwrap();
+            assert_eq!(reply, Reply::String(b"hello".to_vec()));
+        }
+        assert_eq!(db.stats().get(Counter::CommandsNoscript), 1);
+        redis.cli(&["SCRIPT", "FLUSH"]);
+        run(&db, &["EVAL", script, "0", "again"]).unwrap();
+        assert_eq!(db.stats().get(Counter::CommandsNoscript), 2);
+    }
+
+    #[test]
+    fn retry_reconnects_after_the_server_closed_the_connection() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| {
+            args.shared_connections = false;
+            args.max_command_retries = 1;
+        });
+        run(&db, &["PING"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        assert_eq!(db.stats().get(Counter::CommandsRetried), 1);
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+    }
+
+    #[test]
+    fn without_retries_a_dead_connection_fails_once_then_recovers() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| args.shared_connections = false);
+        run(&db, &["PING"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert!(run(&db, &["PING"]).is_err());
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+    }
+
+    #[test]
+    fn command_timeout_fails_the_command_and_drops_the_connection() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| {
+            args.shared_connections = false;
+            args.command_timeout = 100;
+        });
+        let started = Instant::now();
+        let err = run(&db, &["DEBUG", "SLEEP", "0.5"]).unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(450));
+        assert_eq!(db.stats().get(Counter::DroppedError), 1);
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+    }
+
+    #[test]
+    fn connection_ttl_replaces_old_connections() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.connection_ttl = 1;
+            });
+            run(&db, &["PING"]).unwrap();
+            std::thread::sleep(Duration::from_millis(1100));
+            run(&db, &["PING"]).unwrap();
+            assert_eq!(db.stats().get(Counter::DroppedTtl), 1, "shared={shared}");
+            assert_eq!(
+                db.stats().get(Counter::ConnectionsTotal),
+                2,
+                "shared={shared}"
+            );
+        }
+    }
+
+    #[test]
+    fn shared_pool_is_bounded_and_counts_blocked_workers() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| {
+            args.shared_connections = true;
+            args.max_connections = 1;
+            args.connection_timeout = 2000;
+        });
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    let reply = run(&db, &["DEBUG", "SLEEP", "0.05"]).unwrap();
+                    assert_eq!(reply, Reply::Status("OK".into()));
+                });
+            }
+        });
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+        assert!(db.stats().get(Counter::WorkersBlocked) >= 1);
+        assert_eq!(db.pool_state(0), (1, 1));
+        assert_eq!(db.close_idle(), 1);
+        assert_eq!(db.pool_state(0), (0, 0));
+    }
+
+    #[test]
+    fn private_lru_drops_connections_over_the_limit() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| args.shared_connections = false);
+        let connections = PrivateConnections::new(1);
+        let stats = Stats::default();
+        let server = &db.servers()[0];
+        connections.give_back(0, server.connector.connect(&stats).unwrap(), &stats);
+        connections.give_back(1, server.connector.connect(&stats).unwrap(), &stats);
+        assert_eq!(stats.get(Counter::DroppedOverflow), 1);
+        assert!(connections.take(0).is_none());
+        assert!(connections.take(1).is_some());
+    }
+
+    #[test]
+    fn auth_with_acl_user_and_wrong_password() {
+        let Some(redis) = RedisProcess::start(&["--user", "alice", "on", ">secret", "~*", "+@all"])
+        else {
+            return;
+        };
+        let good = database(&redis, |args| {
+            args.user = "alice";
+            args.password = "secret";
+        });
+        assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        let bad = database(&redis, |args| {
+            args.user = "alice";
+            args.password = "wrong";
+            args.shared_connections = false;
+        });
+        let err = run(&bad, &["PING"]).unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(bad.stats().get(Counter::ConnectionsFailed) >= 1);
+    }
+
+    #[test]
+    fn resp3_replies_keep_their_types() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| args.protocol = "RESP3");
+        run(&db, &["HSET", "h", "f", "v"]).unwrap();
+        assert_eq!(
+            run(&db, &["HGETALL", "h"]).unwrap(),
+            Reply::Array(vec![
+                Reply::String(b"f".to_vec()),
+                Reply::String(b"v".to_vec())
+            ])
+        );
+        let double = run(&db, &["EVAL", "redis.setresp(3); return {double=1.5}", "0"]).unwrap();
+        assert_eq!(double, Reply::Double(1.5));
+    }
+
+    #[test]
+    fn down_server_fails_fast_in_both_modes() {
+        let dir = std::env::temp_dir().join(format!("vmod-redis-unit-down-{}", std::process::id()));
+        let location = dir.join("nobody.sock").display().to_string();
+        for shared in [false, true] {
+            let args = DbArgs {
+                location: &location,
+                role: "master",
+                shared_connections: shared,
+                ..DbArgs::default()
+            };
+            let db = Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap();
+            // The first failure marks the server sick; then no waiting.
+            let _ = run(&db, &["PING"]);
+            let started = Instant::now();
+            assert!(run(&db, &["PING"]).is_err());
+            assert!(
+                started.elapsed() < Duration::from_millis(200),
+                "shared={shared}"
+            );
+            assert!(db.stats().get(Counter::CommandsFailed) == 2);
+        }
+    }
+}

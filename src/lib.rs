@@ -19,6 +19,8 @@ pub mod error;
 pub mod reply;
 pub mod server;
 pub mod stats;
+#[cfg(test)]
+mod testing;
 
 #[cfg(not(test))]
 mod ffi;

@@ -1,0 +1,68 @@
+//! Test support: a real redis-server on a UNIX socket in a temp dir (no TCP
+//! port, so parallel tests never collide), stopped by PID when dropped.
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisProcess {
+    child: Child,
+    dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl RedisProcess {
+    /// Starts `redis-server` with `extra` arguments; None when it is not
+    /// installed (the vtc suites need it anyway, so scripts/deps has it).
+    pub fn start(extra: &[&str]) -> Option<RedisProcess> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vmod-redis-unit-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).ok()?;
+        let socket = dir.join("redis.sock");
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let redis = RedisProcess { child, dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&redis.socket).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(redis)
+    }
+
+    /// Runs redis-cli against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .arg("-s")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn location(&self) -> String {
+        self.socket.display().to_string()
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
