@@ -6,12 +6,14 @@ use std::time::{Duration, Instant};
 use crate::config::{Location, Role};
 use crate::connection::Connector;
 
-/// When a server last failed (connect or I/O error), as milliseconds since
+/// When a server last failed (connect or I/O error), as microseconds since
 /// `epoch` (0: never). Atomics: every worker reads it on every command.
+/// (Microseconds, not milliseconds: a connection opened right after a
+/// failure, within the same millisecond, must not count as older.)
 pub struct Health {
     epoch: Instant,
     sickness_ttl: Duration,
-    failed_at_ms: AtomicU64,
+    failed_at_us: AtomicU64,
 }
 
 impl Health {
@@ -19,29 +21,29 @@ impl Health {
         Health {
             epoch: Instant::now(),
             sickness_ttl,
-            failed_at_ms: AtomicU64::new(0),
+            failed_at_us: AtomicU64::new(0),
         }
     }
 
-    fn ms_since_epoch(&self, at: Instant) -> u64 {
-        // +1 so that a failure in the first millisecond is not "never".
-        at.saturating_duration_since(self.epoch).as_millis() as u64 + 1
+    fn us_since_epoch(&self, at: Instant) -> u64 {
+        // +1 so that a failure in the first microsecond is not "never".
+        at.saturating_duration_since(self.epoch).as_micros() as u64 + 1
     }
 
     /// Records a failure now: the server is sick for `sickness_ttl`, and
     /// connections opened before now are not reused.
     pub fn mark_failed(&self) {
-        self.failed_at_ms
-            .store(self.ms_since_epoch(Instant::now()), Ordering::Relaxed);
+        self.failed_at_us
+            .store(self.us_since_epoch(Instant::now()), Ordering::Relaxed);
     }
 
     /// Sick: failed less than `sickness_ttl` ago.
     pub fn is_sick(&self, now: Instant) -> bool {
-        match self.failed_at_ms.load(Ordering::Relaxed) {
+        match self.failed_at_us.load(Ordering::Relaxed) {
             0 => false,
             failed => {
-                self.ms_since_epoch(now)
-                    < failed.saturating_add(self.sickness_ttl.as_millis() as u64)
+                let ttl = u64::try_from(self.sickness_ttl.as_micros()).unwrap_or(u64::MAX);
+                self.us_since_epoch(now) < failed.saturating_add(ttl)
             }
         }
     }
@@ -49,9 +51,9 @@ impl Health {
     /// True when a connection opened at `created` predates the last
     /// failure: after a Redis restart every such connection is dead.
     pub fn outdates(&self, created: Instant) -> bool {
-        match self.failed_at_ms.load(Ordering::Relaxed) {
+        match self.failed_at_us.load(Ordering::Relaxed) {
             0 => false,
-            failed => self.ms_since_epoch(created) <= failed,
+            failed => self.us_since_epoch(created) <= failed,
         }
     }
 }

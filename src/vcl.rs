@@ -181,7 +181,14 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     };
     let mut debug = |msg: &str| ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name()));
     match db.execute(command, master, &mut debug) {
-        Ok(reply) => slot.reply = Some(reply),
+        Ok(reply) => {
+            // An error reply is kept as the reply, and logged (as the C VMOD).
+            if let Reply::Error(text) = &reply {
+                let name = String::from_utf8_lossy(command.name()).into_owned();
+                log_error(ctx, db, &format!("{name}: error reply: {text}"));
+            }
+            slot.reply = Some(reply);
+        }
         Err(err) => {
             let name = String::from_utf8_lossy(command.name()).into_owned();
             log_error(ctx, db, &format!("{name}: {err}"));

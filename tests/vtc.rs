@@ -56,6 +56,8 @@
 //!
 //! # Macros passed to varnishtest (`-Dname=value`)
 //! * `${vmod_so}`: absolute path of the .so to import.
+//! * `${vmod_dir}`: the directory holding it, for VCL that says just
+//!   `import redis;`: `varnish v1 -arg "-p vmod_path=${vmod_dir}"`.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
 //! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
@@ -602,6 +604,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
 
     let mut macros: Vec<(String, String)> = vec![
         ("vmod_so".into(), so.display().to_string()),
+        (
+            "vmod_dir".into(),
+            so.parent().unwrap_or(&base).display().to_string(),
+        ),
         ("redis_cli".into(), which("redis-cli", "/usr/bin/redis-cli")),
         ("harness_tmpdir".into(), dir.display().to_string()),
     ];

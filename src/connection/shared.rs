@@ -2,7 +2,7 @@
 //! workers. The wait for a pooled connection is bounded, and a worker that
 //! finds every connection in use is counted in `workers.blocked`.
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,8 @@ pub struct Manager {
     stats: Arc<Stats>,
     health: Arc<Health>,
     ttl: Option<Duration>,
+    /// Whether the last attempt to open a connection failed.
+    connect_failing: Arc<AtomicBool>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -30,6 +32,7 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Connection, Error> {
         let conn = self.connector.connect(&self.stats);
+        self.connect_failing.store(conn.is_err(), Ordering::Relaxed);
         if conn.is_err() {
             self.health.mark_failed();
         }
@@ -64,6 +67,8 @@ pub struct SharedPool {
     wait: Duration,
     in_use: AtomicU32,
     threads: Arc<ScheduledThreadPool>,
+    /// Shared with the pool's `Manager`: the last connect attempt failed.
+    connect_failing: Arc<AtomicBool>,
 }
 
 /// A pooled connection; returns to the pool when dropped.
@@ -92,6 +97,7 @@ impl SharedPool {
             wait,
             in_use: AtomicU32::new(0),
             threads,
+            connect_failing: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -115,6 +121,7 @@ impl SharedPool {
                     stats: stats.clone(),
                     health: self.health.clone(),
                     ttl: self.ttl,
+                    connect_failing: self.connect_failing.clone(),
                 })
         })
         .clone()
@@ -126,10 +133,15 @@ impl SharedPool {
         if self.in_use.fetch_add(1, Ordering::Relaxed) >= self.max_size {
             stats.inc(Counter::WorkersBlocked);
         }
-        // A sick server with no connection at all: r2d2 keeps reconnecting
-        // in the background, so fail now rather than make every worker
-        // wait the full `wait` for a server that refused a moment ago.
-        let wait = if self.health.is_sick(Instant::now()) && pool.state().connections == 0 {
+        // A sick server with no connection at all that refused the last
+        // connection: r2d2 keeps reconnecting in the background, so fail
+        // now rather than make every worker wait the full `wait` for it.
+        // (A connection that broke also makes the server sick, but then the
+        // retry must get the chance of a new connection.)
+        let wait = if self.connect_failing.load(Ordering::Relaxed)
+            && self.health.is_sick(Instant::now())
+            && pool.state().connections == 0
+        {
             Duration::ZERO
         } else {
             self.wait
