@@ -15,6 +15,9 @@ use crate::reply::Reply;
 use crate::server::{role_from_reply, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 
+/// The `ROLE` request, packed.
+const ROLE: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
+
 /// What `.stats()` renders.
 pub enum StatsFormat<'a> {
     Json,
@@ -176,9 +179,7 @@ impl Database {
     /// Asks `ROLE` on a fresh connection and records the answer.
     fn discover_role(&self, server: &Server) -> Option<Role> {
         let mut conn = server.connector.connect(&self.stats).ok()?;
-        let reply = conn
-            .request(b"*1\r\n$4\r\nROLE\r\n", self.config.connection_timeout)
-            .ok()?;
+        let reply = conn.request(ROLE, self.config.connection_timeout).ok()?;
         let role = role_from_reply(&reply)?;
         server.set_role(role);
         Some(role)
@@ -306,27 +307,24 @@ impl Database {
         let mut lease = self.lease(index)?;
         let conn = lease.conn();
         if server.role() == Role::Auto {
-            if let Ok(reply) = conn.request(b"*1\r\n$4\r\nROLE\r\n", timeout) {
-                if let Some(role) = role_from_reply(&reply) {
-                    server.set_role(role);
-                    if role == Role::Slave && (master || self.config.ignore_slaves) {
-                        return Err(Error::NoServer { role: "master" });
-                    }
+            let reply = self.request(conn, server, ROLE, timeout)?;
+            if let Some(role) = role_from_reply(&reply) {
+                server.set_role(role);
+                if role == Role::Slave && (master || self.config.ignore_slaves) {
+                    return Err(Error::NoServer { role: "master" });
                 }
             }
         }
-        let value = if let Some(evalsha) = command.packed_as_evalsha() {
-            match self.request(conn, server, &evalsha, timeout)? {
-                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => {
+        match command.packed_as_evalsha() {
+            Some(evalsha) => match self.request(conn, server, &evalsha, timeout)? {
+                Reply::Error(text) if text.starts_with("NOSCRIPT") => {
                     self.stats.inc(Counter::CommandsNoscript);
-                    self.request(conn, server, command.packed(), timeout)?
+                    self.request(conn, server, command.packed(), timeout)
                 }
-                value => value,
-            }
-        } else {
-            self.request(conn, server, command.packed(), timeout)?
-        };
-        Ok(Reply::from(value))
+                reply => Ok(reply),
+            },
+            None => self.request(conn, server, command.packed(), timeout),
+        }
     }
 
     /// One request on `conn`, turning transport failures into counted,
@@ -337,33 +335,24 @@ impl Database {
         server: &Server,
         packed: &[u8],
         timeout: Option<Duration>,
-    ) -> Result<redis::Value> {
+    ) -> Result<Reply> {
         conn.request(packed, timeout).map_err(|failure| {
-            let location = server.connector.location().to_string();
+            let server_name = server.connector.location().to_string();
             match failure {
                 Failure::Timeout => {
                     self.stats.inc(Counter::DroppedError);
-                    Error::Timeout {
-                        server: location,
+                    return Error::Timeout {
+                        server: server_name,
                         timeout_ms: timeout.map_or(0, |t| t.as_millis()),
-                    }
+                    };
                 }
-                Failure::HungUp(source) => {
-                    self.stats.inc(Counter::DroppedHungUp);
-                    server.health.mark_failed();
-                    Error::Io {
-                        server: location,
-                        source,
-                    }
-                }
-                Failure::Io(source) => {
-                    self.stats.inc(Counter::DroppedError);
-                    server.health.mark_failed();
-                    Error::Io {
-                        server: location,
-                        source,
-                    }
-                }
+                Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
+                Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
+            }
+            server.health.mark_failed();
+            Error::Io {
+                server: server_name,
+                source: failure,
             }
         })
     }

@@ -9,11 +9,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error("{feature} is not supported yet")]
     Unsupported { feature: &'static str },
-    #[error("cannot connect to {server}: {source}")]
-    Connect {
-        server: String,
-        source: redis::RedisError,
-    },
+    #[error("cannot connect to {server}: {detail}")]
+    Connect { server: String, detail: String },
     #[error("no connection to {server} within {waited_ms} ms (pool of {pool_size}): {detail}")]
     PoolTimeout {
         server: String,
@@ -27,7 +24,7 @@ pub enum Error {
     #[error("I/O error on {server}: {source}")]
     Io {
         server: String,
-        source: redis::RedisError,
+        source: crate::connection::Failure,
     },
     #[error("timeout after {timeout_ms} ms waiting for {server}")]
     Timeout { server: String, timeout_ms: u128 },

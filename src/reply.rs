@@ -40,61 +40,7 @@ pub enum ReplyKind {
     Array,
 }
 
-impl From<redis::Value> for Reply {
-    fn from(value: redis::Value) -> Self {
-        use redis::Value as V;
-        match value {
-            V::Nil => Self::Nil,
-            V::Int(i) => Self::Integer(i),
-            V::BulkString(b) => Self::String(b),
-            V::Array(a) | V::Set(a) | V::Push { data: a, .. } => Self::from_vec(a),
-            V::SimpleString(s) => Self::Status(s),
-            V::Okay => Self::Status("OK".to_owned()),
-            V::Map(pairs) => {
-                let mut flat = Vec::with_capacity(pairs.len() * 2);
-                for (k, v) in pairs {
-                    flat.push(k.into());
-                    flat.push(v.into());
-                }
-                Self::Array(flat)
-            }
-            // Attributes are out-of-band metadata: VCL only wants the data.
-            V::Attribute { data, .. } => (*data).into(),
-            V::Double(d) => Self::Double(d),
-            V::Boolean(b) => Self::Boolean(b),
-            // The parser already stripped the `txt:`/`mkd:` prefix.
-            V::VerbatimString { text, .. } => Self::String(text.into_bytes()),
-            // num-bigint is off: the bytes are the decimal digits as sent.
-            V::BigNumber(digits) => Self::String(digits),
-            V::ServerError(e) => Self::Error(error_line(&e)),
-            // `Value` is non-exhaustive; a future variant reads as nil rather
-            // than failing the request.
-            _ => Self::Nil,
-        }
-    }
-}
-
-/// Rebuilds the error line as the server sent it: the parser split it at the
-/// first space into code and details, so joining them back is lossless.
-fn error_line(e: &redis::ServerError) -> String {
-    let code = e.code();
-    match e.details() {
-        Some(details) => {
-            let mut line = String::with_capacity(code.len() + 1 + details.len());
-            line.push_str(code);
-            line.push(' ');
-            line.push_str(details);
-            line
-        }
-        None => code.to_owned(),
-    }
-}
-
 impl Reply {
-    fn from_vec(values: Vec<redis::Value>) -> Self {
-        Self::Array(values.into_iter().map(Self::from).collect())
-    }
-
     /// The VCL type of this reply.
     pub fn kind(&self) -> ReplyKind {
         match self {
@@ -245,101 +191,13 @@ pub fn format_double(d: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redis::{PushKind, Value, VerbatimFormat};
 
     fn bulk(s: &str) -> Reply {
         Reply::String(s.as_bytes().to_vec())
     }
 
     fn parsed(resp: &[u8]) -> Reply {
-        redis::parse_redis_value(resp).expect("valid RESP").into()
-    }
-
-    #[test]
-    fn converts_scalars() {
-        assert_eq!(Reply::from(Value::Nil), Reply::Nil);
-        assert_eq!(Reply::from(Value::Int(-7)), Reply::Integer(-7));
-        assert_eq!(
-            Reply::from(Value::BulkString(b"a\0b".to_vec())),
-            bulk("a\0b")
-        );
-        assert_eq!(
-            Reply::from(Value::SimpleString("PONG".into())),
-            Reply::Status("PONG".into())
-        );
-        assert_eq!(Reply::from(Value::Okay), Reply::Status("OK".into()));
-        assert_eq!(Reply::from(Value::Double(1.5)), Reply::Double(1.5));
-        assert_eq!(Reply::from(Value::Boolean(true)), Reply::Boolean(true));
-        assert_eq!(
-            Reply::from(Value::BigNumber(
-                b"3492890328409238509324850943850943825024385".to_vec()
-            )),
-            bulk("3492890328409238509324850943850943825024385")
-        );
-    }
-
-    #[test]
-    fn converts_resp3_from_the_wire() {
-        assert_eq!(parsed(b"=15\r\ntxt:Some string\r\n"), bulk("Some string"));
-        assert_eq!(
-            parsed(b"(-12345678901234567890\r\n"),
-            bulk("-12345678901234567890")
-        );
-        assert_eq!(parsed(b",3.25\r\n"), Reply::Double(3.25));
-        assert_eq!(parsed(b"#f\r\n"), Reply::Boolean(false));
-        assert_eq!(parsed(b"_\r\n"), Reply::Nil);
-        assert_eq!(parsed(b"$-1\r\n"), Reply::Nil);
-        assert_eq!(
-            parsed(b"%2\r\n+a\r\n:1\r\n$1\r\nb\r\n*1\r\n#t\r\n"),
-            Reply::Array(vec![
-                Reply::Status("a".into()),
-                Reply::Integer(1),
-                bulk("b"),
-                Reply::Array(vec![Reply::Boolean(true)]),
-            ])
-        );
-        assert_eq!(parsed(b"|1\r\n+ttl\r\n:3\r\n:42\r\n"), Reply::Integer(42));
-    }
-
-    #[test]
-    fn converts_verbatim_set_push_attribute() {
-        let verbatim = Value::VerbatimString {
-            format: VerbatimFormat::Markdown,
-            text: "# hi".into(),
-        };
-        assert_eq!(Reply::from(verbatim), bulk("# hi"));
-        assert_eq!(
-            Reply::from(Value::Set(vec![Value::Int(1), Value::Nil])),
-            Reply::Array(vec![Reply::Integer(1), Reply::Nil])
-        );
-        let push = Value::Push {
-            kind: PushKind::Message,
-            data: vec![Value::BulkString(b"ch".to_vec())],
-        };
-        assert_eq!(Reply::from(push), Reply::Array(vec![bulk("ch")]));
-        let attribute = Value::Attribute {
-            data: Box::new(Value::Array(vec![Value::Okay])),
-            attributes: vec![(Value::Int(1), Value::Int(2))],
-        };
-        assert_eq!(
-            Reply::from(attribute),
-            Reply::Array(vec![Reply::Status("OK".into())])
-        );
-    }
-
-    #[test]
-    fn converts_nested() {
-        let v = Value::Array(vec![
-            Value::Map(vec![(Value::SimpleString("k".into()), Value::Set(vec![]))]),
-            Value::Array(vec![Value::Array(vec![Value::Int(9)])]),
-        ]);
-        assert_eq!(
-            Reply::from(v),
-            Reply::Array(vec![
-                Reply::Array(vec![Reply::Status("k".into()), Reply::Array(vec![])]),
-                Reply::Array(vec![Reply::Array(vec![Reply::Integer(9)])]),
-            ])
-        );
+        crate::connection::resp::build(resp).expect("valid RESP")
     }
 
     #[test]

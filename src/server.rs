@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Location, Role};
 use crate::connection::Connector;
+use crate::reply::Reply;
 
 /// When a server last failed (connect or I/O error), as microseconds since
 /// `epoch` (0: never). Atomics: every worker reads it on every command.
@@ -103,13 +104,13 @@ impl Server {
 }
 
 /// Reads the role out of a `ROLE` reply (`["master", ...]`, `["slave", ...]`).
-pub fn role_from_reply(reply: &redis::Value) -> Option<Role> {
-    let redis::Value::Array(items) = reply else {
+pub fn role_from_reply(reply: &Reply) -> Option<Role> {
+    let Reply::Array(items) = reply else {
         return None;
     };
     let name: &[u8] = match items.first()? {
-        redis::Value::BulkString(bytes) => bytes,
-        redis::Value::SimpleString(text) => text.as_bytes(),
+        Reply::String(bytes) => bytes,
+        Reply::Status(text) => text.as_bytes(),
         _ => return None,
     };
     match name {
@@ -122,7 +123,6 @@ pub fn role_from_reply(reply: &redis::Value) -> Option<Role> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redis::Value;
 
     #[test]
     fn health_turns_sick_then_recovers() {
@@ -147,13 +147,13 @@ mod tests {
 
     #[test]
     fn role_reply_parsing() {
-        let master = Value::Array(vec![Value::BulkString(b"master".to_vec()), Value::Int(0)]);
-        let slave = Value::Array(vec![Value::BulkString(b"slave".to_vec())]);
+        let master = Reply::Array(vec![Reply::String(b"master".to_vec()), Reply::Integer(0)]);
+        let slave = Reply::Array(vec![Reply::String(b"slave".to_vec())]);
         assert_eq!(role_from_reply(&master), Some(Role::Master));
         assert_eq!(role_from_reply(&slave), Some(Role::Slave));
-        assert_eq!(role_from_reply(&Value::Nil), None);
+        assert_eq!(role_from_reply(&Reply::Nil), None);
         assert_eq!(
-            role_from_reply(&Value::Array(vec![Value::BulkString(b"sentinel".to_vec())])),
+            role_from_reply(&Reply::Array(vec![Reply::String(b"sentinel".to_vec())])),
             None
         );
     }

@@ -1,24 +1,51 @@
 //! Connections to one Redis server, and the two ways workers hold them:
 //! [`private`] (per worker thread, no lock) and [`shared`] (r2d2 pool).
+//!
+//! The wire protocol is ours ([`resp`]): plain blocking sockets with
+//! timeouts, requests packed once by [`crate::command::Command`], replies
+//! parsed without recursion and within size limits.
 pub mod private;
+pub mod resp;
 pub mod shared;
 
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, ProtocolVersion, RedisConnectionInfo};
-
+use crate::command::Command;
 use crate::config::{Location, Protocol};
 use crate::error::{Error, Result};
+use crate::reply::Reply;
 use crate::stats::{Counter, Stats};
+
+/// Where a connection goes.
+#[derive(Clone, Debug)]
+enum Address {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
 
 /// How to open a connection to one server: address, credentials, protocol
 /// and connect timeout, fixed when the database object is created.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Connector {
-    client: redis::Client,
+    address: Address,
     location: String,
+    /// The request sent right after connecting (HELLO / AUTH), if any.
+    handshake: Option<Vec<u8>>,
     connect_timeout: Option<Duration>,
-    protocol: Protocol,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No handshake: it holds the password.
+        f.debug_struct("Connector")
+            .field("location", &self.location)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
 }
 
 impl Connector {
@@ -29,33 +56,18 @@ impl Connector {
         protocol: Protocol,
         connect_timeout: Option<Duration>,
     ) -> Result<Self> {
-        let addr = match location {
-            Location::Tcp { host, port } => ConnectionAddr::Tcp(host.clone(), *port),
-            Location::Unix(path) => ConnectionAddr::Unix(path.clone()),
+        let address = match location {
+            Location::Tcp { host, port } => Address::Tcp {
+                host: host.clone(),
+                port: *port,
+            },
+            Location::Unix(path) => Address::Unix(path.clone()),
         };
-        let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-        if let Some(user) = user {
-            settings = settings.set_username(user);
-        }
-        if let Some(password) = password {
-            settings = settings.set_password(password);
-        }
-        if protocol == Protocol::Resp3 {
-            settings = settings.set_protocol(ProtocolVersion::RESP3);
-        }
-        let info = redis::IntoConnectionInfo::into_connection_info(addr)
-            .map(|info: ConnectionInfo| info.set_redis_settings(settings));
-        let client = info
-            .and_then(redis::Client::open)
-            .map_err(|source| Error::Connect {
-                server: location.to_string(),
-                source,
-            })?;
         Ok(Connector {
-            client,
+            address,
             location: location.to_string(),
+            handshake: handshake(user, password, protocol),
             connect_timeout,
-            protocol,
         })
     }
 
@@ -64,62 +76,196 @@ impl Connector {
         &self.location
     }
 
-    /// Opens a connection (AUTH / HELLO included), counting the outcome.
+    /// Opens a connection (HELLO / AUTH included), counting the outcome.
     pub fn connect(&self, stats: &Stats) -> Result<Connection> {
-        let opened = match self.connect_timeout {
-            Some(timeout) => self.client.get_connection_with_timeout(timeout),
-            None => self.client.get_connection(),
-        }
-        .and_then(|mut conn| {
-            // RESP3 is negotiated by the client (HELLO 3); RESP2 is asked for
-            // explicitly so a server configured otherwise still speaks it.
-            if self.protocol == Protocol::Resp2 {
-                conn.req_command(redis::cmd("HELLO").arg(2))?;
-            }
-            Ok(conn)
-        });
-        match opened {
-            Ok(inner) => {
+        match self.open() {
+            Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
-                Ok(Connection {
-                    inner,
-                    created: Instant::now(),
-                    timeout: None,
-                    broken: false,
-                })
+                Ok(conn)
             }
-            Err(source) => {
+            Err(detail) => {
                 stats.inc(Counter::ConnectionsFailed);
                 Err(Error::Connect {
                     server: self.location.clone(),
-                    source,
+                    detail,
                 })
             }
         }
     }
+
+    fn open(&self) -> std::result::Result<Connection, String> {
+        let stream = match &self.address {
+            Address::Tcp { host, port } => {
+                let addrs: Vec<SocketAddr> = (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(|err| format!("cannot resolve {host}: {err}"))?
+                    .collect();
+                let stream =
+                    connect_any(&addrs, self.connect_timeout).map_err(|e| e.to_string())?;
+                // Requests are single writes; never wait for Nagle.
+                stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                Stream::Tcp(stream)
+            }
+            Address::Unix(path) => {
+                Stream::Unix(UnixStream::connect(path).map_err(|e| e.to_string())?)
+            }
+        };
+        let mut conn = Connection {
+            stream,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            created: Instant::now(),
+            timeout: None,
+            broken: false,
+        };
+        if let Some(handshake) = &self.handshake {
+            // The handshake is bounded by the connect timeout too.
+            match conn.request(handshake, self.connect_timeout) {
+                Ok(Reply::Error(text)) => {
+                    let what = if text.starts_with("WRONGPASS") || text.contains("invalid password")
+                    {
+                        "authentication failed"
+                    } else {
+                        "handshake refused"
+                    };
+                    return Err(format!("{what}: {text}"));
+                }
+                Ok(_) => {}
+                Err(failure) => return Err(format!("handshake failed: {failure}")),
+            }
+        }
+        Ok(conn)
+    }
 }
 
-/// One open connection. `broken` is set after an I/O error or timeout so
-/// the pool drops it instead of handing it out again.
+/// The first request of a connection: `HELLO <2|3> [AUTH user pass]` when a
+/// protocol is asked for, else `AUTH [user] pass` when there is a password.
+fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> Option<Vec<u8>> {
+    let explicit_user = user;
+    let user = user.unwrap_or("default");
+    let mut command = match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => {
+            let mut hello = Command::new(b"HELLO");
+            hello.push(if protocol == Protocol::Resp3 {
+                b"3"
+            } else {
+                b"2"
+            });
+            if let Some(password) = password {
+                hello.push(b"AUTH");
+                hello.push(user.as_bytes());
+                hello.push(password.as_bytes());
+            }
+            hello
+        }
+        Protocol::Default => {
+            let password = password?;
+            let mut auth = Command::new(b"AUTH");
+            if let Some(user) = explicit_user {
+                auth.push(user.as_bytes());
+            }
+            auth.push(password.as_bytes());
+            auth
+        }
+    };
+    Some(command.packed().to_vec())
+}
+
+fn connect_any(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in addrs {
+        let attempt = match timeout {
+            Some(timeout) => TcpStream::connect_timeout(addr, timeout),
+            None => TcpStream::connect(addr),
+        };
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s
+                .set_read_timeout(timeout)
+                .and_then(|()| s.set_write_timeout(timeout)),
+            Stream::Unix(s) => s
+                .set_read_timeout(timeout)
+                .and_then(|()| s.set_write_timeout(timeout)),
+        }
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.write_all(bytes),
+            Stream::Unix(s) => s.write_all(bytes),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+/// One open connection. `broken` is set after any failure so the pool drops
+/// it instead of handing it out again (its stream is out of step).
 pub struct Connection {
-    inner: redis::Connection,
+    stream: Stream,
+    /// Bytes read but not parsed yet: `buf[start..end]`.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
     created: Instant,
-    /// The read/write timeout currently set on the socket, to skip the
-    /// setsockopt calls when consecutive commands use the same timeout.
+    /// The socket timeout currently set, to skip setsockopt calls when
+    /// consecutive commands use the same timeout.
     timeout: Option<Duration>,
     broken: bool,
 }
 
 /// How a request on a connection failed at the transport level.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// The server closed the connection (`connections.dropped.hung_up`).
-    HungUp(redis::RedisError),
+    #[error("connection closed by the server: {0}")]
+    HungUp(io::Error),
     /// A timeout expired (`connections.dropped.error`).
+    #[error("timeout")]
     Timeout,
-    /// Any other I/O or protocol error (`connections.dropped.error`).
-    Io(redis::RedisError),
+    /// Any other I/O error (`connections.dropped.error`).
+    #[error("{0}")]
+    Io(io::Error),
+    /// The reply broke the protocol or its limits (`connections.dropped.error`).
+    #[error("{0}")]
+    Protocol(#[from] resp::ProtocolError),
 }
+
+impl From<io::Error> for Failure {
+    fn from(err: io::Error) -> Self {
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Failure::Timeout,
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Failure::HungUp(err),
+            _ => Failure::Io(err),
+        }
+    }
+}
+
+/// Bytes read from the socket at a time (and the initial buffer size).
+const READ_CHUNK: usize = 16 * 1024;
 
 impl Connection {
     pub fn created(&self) -> Instant {
@@ -136,33 +282,82 @@ impl Connection {
     }
 
     /// Sends one packed request and reads its reply (error replies are
-    /// values, not failures). A failure marks the connection broken.
+    /// replies, not failures). The whole exchange takes at most about
+    /// `timeout` (each socket wait is bounded by it, and the deadline is
+    /// checked between reads). A failure marks the connection broken.
     pub fn request(
         &mut self,
         packed: &[u8],
         timeout: Option<Duration>,
-    ) -> std::result::Result<redis::Value, Failure> {
-        let result = self
-            .set_timeout(timeout)
-            .and_then(|()| self.inner.req_packed_command(packed));
-        result.map_err(|err| {
+    ) -> std::result::Result<Reply, Failure> {
+        let result = self.exchange(packed, timeout);
+        if result.is_err() {
             self.broken = true;
-            if err.is_timeout() {
-                Failure::Timeout
-            } else if err.is_connection_dropped() {
-                Failure::HungUp(err)
-            } else {
-                Failure::Io(err)
-            }
-        })
+        }
+        result
     }
 
-    fn set_timeout(&mut self, timeout: Option<Duration>) -> redis::RedisResult<()> {
+    fn exchange(
+        &mut self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Reply, Failure> {
         if self.timeout != timeout {
-            self.inner.set_read_timeout(timeout)?;
-            self.inner.set_write_timeout(timeout)?;
+            self.stream.set_timeout(timeout)?;
             self.timeout = timeout;
         }
-        Ok(())
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.stream.write_all(packed)?;
+        loop {
+            if let Some(len) = resp::scan(&self.buf[self.start..self.end])? {
+                let bytes = &self.buf[self.start..self.start + len];
+                let push = resp::is_push(bytes);
+                let reply = if push {
+                    None
+                } else {
+                    Some(resp::build(bytes)?)
+                };
+                self.start += len;
+                if self.start == self.end {
+                    self.start = 0;
+                    self.end = 0;
+                }
+                match reply {
+                    Some(reply) => return Ok(reply),
+                    // An out-of-band push (RESP3): not our reply.
+                    None => continue,
+                }
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(Failure::Timeout);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Reads more bytes into the buffer (at least one, or an error).
+    fn fill(&mut self) -> std::result::Result<(), Failure> {
+        if self.start > 0 && self.buf.len() - self.end < READ_CHUNK {
+            // Move the unparsed bytes to the front before growing.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < READ_CHUNK {
+            if self.end > resp::MAX_REPLY_BYTES + READ_CHUNK {
+                return Err(resp::ProtocolError::TooLarge.into());
+            }
+            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
+            self.buf.resize(grown, 0);
+        }
+        match self.stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => Err(Failure::HungUp(io::ErrorKind::UnexpectedEof.into())),
+            Ok(read) => {
+                self.end += read;
+                Ok(())
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(err) => Err(err.into()),
+        }
     }
 }
