@@ -266,7 +266,7 @@ impl Database {
             match self.attempt(command, master, timeout, debug) {
                 Ok(reply) => {
                     // As in the C VMOD: `total` counts commands that got a
-                    // reply; the others count in `failed` only.
+                    // reply, `failed` every attempt that got none.
                     self.stats.inc(Counter::CommandsTotal);
                     if matches!(reply, Reply::Error(_)) {
                         self.stats.inc(Counter::CommandsError);
@@ -274,6 +274,7 @@ impl Database {
                     return Ok(reply);
                 }
                 Err(err) if attempt < retries => {
+                    self.stats.inc(Counter::CommandsFailed);
                     if self.config.debug {
                         debug(&format!("attempt {} failed ({err}); retrying", attempt + 1));
                     }
@@ -522,6 +523,8 @@ mod tests {
         redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
         assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
         assert_eq!(db.stats().get(Counter::CommandsRetried), 1);
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+        assert_eq!(db.stats().get(Counter::CommandsTotal), 2);
         assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
     }
 
