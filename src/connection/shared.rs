@@ -14,6 +14,10 @@ use crate::error::Error;
 use crate::server::Health;
 use crate::stats::{Counter, Stats};
 
+/// How often a worker waiting for the first connection of a pool checks
+/// whether r2d2's attempt was refused.
+const CONNECT_POLL: Duration = Duration::from_millis(5);
+
 /// Opens connections for r2d2 and decides, without network I/O, which idle
 /// ones are still good: not broken, not past their TTL, not older than the
 /// server's last failure.
@@ -22,8 +26,16 @@ pub struct Manager {
     stats: Arc<Stats>,
     health: Arc<Health>,
     ttl: Option<Duration>,
-    /// Whether the last attempt to open a connection failed.
-    connect_failing: Arc<AtomicBool>,
+    /// The outcome of the last attempt to open a connection.
+    last_connect: Arc<ConnectOutcome>,
+}
+
+/// Whether r2d2's last attempt to open a connection failed, and why:
+/// shared by a pool and its `Manager` (written only on connect).
+#[derive(Default)]
+struct ConnectOutcome {
+    failing: AtomicBool,
+    error: parking_lot::Mutex<String>,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -32,7 +44,12 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Connection, Error> {
         let conn = self.connector.connect(&self.stats);
-        self.connect_failing.store(conn.is_err(), Ordering::Relaxed);
+        if let Err(err) = &conn {
+            *self.last_connect.error.lock() = err.to_string();
+        }
+        self.last_connect
+            .failing
+            .store(conn.is_err(), Ordering::Relaxed);
         if conn.is_err() {
             self.health.mark_failed();
         }
@@ -67,8 +84,8 @@ pub struct SharedPool {
     wait: Duration,
     in_use: AtomicU32,
     threads: Arc<ScheduledThreadPool>,
-    /// Shared with the pool's `Manager`: the last connect attempt failed.
-    connect_failing: Arc<AtomicBool>,
+    /// Shared with the pool's `Manager`: the last connect outcome.
+    last_connect: Arc<ConnectOutcome>,
 }
 
 /// A pooled connection; returns to the pool when dropped.
@@ -97,7 +114,7 @@ impl SharedPool {
             wait,
             in_use: AtomicU32::new(0),
             threads,
-            connect_failing: Arc::new(AtomicBool::new(false)),
+            last_connect: Arc::default(),
         }
     }
 
@@ -121,44 +138,65 @@ impl SharedPool {
                     stats: stats.clone(),
                     health: self.health.clone(),
                     ttl: self.ttl,
-                    connect_failing: self.connect_failing.clone(),
+                    last_connect: self.last_connect.clone(),
                 })
         })
         .clone()
     }
 
-    /// A connection from the pool, waiting at most `wait`.
+    /// A connection from the pool, waiting at most `wait`, and failing at
+    /// once while the server refuses connections and none is open.
     pub fn get(&self, stats: &Arc<Stats>) -> Result<SharedLease<'_>, Error> {
         let pool = self.pool(stats);
         if self.in_use.fetch_add(1, Ordering::Relaxed) >= self.max_size {
             stats.inc(Counter::WorkersBlocked);
         }
-        // A sick server with no connection at all that refused the last
-        // connection: r2d2 keeps reconnecting in the background, so fail
-        // now rather than make every worker wait the full `wait` for it.
-        // (A connection that broke also makes the server sick, but then the
-        // retry must get the chance of a new connection.)
-        let wait = if self.connect_failing.load(Ordering::Relaxed)
-            && self.health.is_sick(Instant::now())
-            && pool.state().connections == 0
-        {
-            Duration::ZERO
-        } else {
-            self.wait
+        let started = Instant::now();
+        let conn = match pool.try_get() {
+            Some(conn) => Ok(conn),
+            None => self.wait_for(&pool, started + self.wait),
         };
-        match pool.get_timeout(wait) {
+        match conn {
             Ok(conn) => Ok(SharedLease {
                 conn,
                 in_use: &self.in_use,
             }),
-            Err(err) => {
+            Err(detail) => {
                 self.in_use.fetch_sub(1, Ordering::Relaxed);
                 Err(Error::PoolTimeout {
                     server: self.connector.location().to_string(),
-                    waited_ms: wait.as_millis(),
+                    waited_ms: started.elapsed().as_millis(),
                     pool_size: self.max_size,
-                    detail: err.to_string(),
+                    detail,
                 })
+            }
+        }
+    }
+
+    /// The slow path of [`get`]: no idle connection. While nothing is open
+    /// r2d2 is connecting in the background, so wait in short slices and
+    /// give up as soon as its attempt was refused, rather than make every
+    /// worker wait the full `wait` for a server that is down.
+    fn wait_for(
+        &self,
+        pool: &r2d2::Pool<Manager>,
+        deadline: Instant,
+    ) -> Result<r2d2::PooledConnection<Manager>, String> {
+        loop {
+            let nothing_open = pool.state().connections == 0;
+            if nothing_open && self.last_connect.failing.load(Ordering::Relaxed) {
+                return Err(self.last_connect.error.lock().clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = if nothing_open {
+                left.min(CONNECT_POLL)
+            } else {
+                left
+            };
+            match pool.get_timeout(slice) {
+                Ok(conn) => return Ok(conn),
+                Err(err) if Instant::now() >= deadline => return Err(err.to_string()),
+                Err(_) => {}
             }
         }
     }
