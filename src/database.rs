@@ -542,6 +542,35 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_makes_older_connections_of_other_threads_stale() {
+        let Some(redis) = RedisProcess::start(&[]) else {
+            return;
+        };
+        let db = database(&redis, |args| args.shared_connections = false);
+        let (ready, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            // A second worker holds an idle connection across the restart.
+            scope.spawn(|| {
+                run(&db, &["PING"]).unwrap();
+                ready.wait();
+                go.wait();
+                // Its connection predates the failure: dropped as sick and
+                // replaced, instead of failing the command.
+                assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            });
+            run(&db, &["PING"]).unwrap();
+            ready.wait();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            assert!(run(&db, &["PING"]).is_err());
+            assert!(db.servers()[0].health.is_sick(Instant::now()));
+            go.wait();
+        });
+        assert_eq!(db.stats().get(Counter::DroppedHungUp), 1);
+        assert_eq!(db.stats().get(Counter::DroppedSick), 1);
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+    }
+
+    #[test]
     fn command_timeout_fails_the_command_and_drops_the_connection() {
         let Some(redis) = RedisProcess::start(&[]) else {
             return;
