@@ -1,0 +1,323 @@
+//! Criterion micro-benchmarks of the plain-Rust hot paths, so that a
+//! regression there shows without a full system run (`benches/system.rs`).
+//!
+//! ```sh
+//! cargo bench --bench micro                 # all
+//! cargo bench --bench micro -- command/     # a subset (criterion filter)
+//! ```
+//!
+//! * `command/*`: RESP packing of the commands the seeds send
+//!   (src/command.rs), `EVAL` rewritten as `EVALSHA` (SHA-1 included).
+//! * `reply/*`: RESP parsing straight into a `Reply` (`resp::scan` +
+//!   `resp::build`, src/connection/resp.rs) and `Reply::text()`
+//!   (src/reply.rs).
+//! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
+//!   on a UNIX socket in a temporary directory (no TCP port) and killed at
+//!   the end. `pool/shared_checkout` is an r2d2 checkout + return with an
+//!   idle connection (no I/O); `pool/private_take_give_back` the per-thread
+//!   list. `roundtrip/raw_socket_get` is one `GET` on a bare socket (one
+//!   write, reads until `resp::scan` sees the whole reply): the floor;
+//!   `roundtrip/connection_request_get` the same through `Connection::request`;
+//!   `roundtrip/database_execute_get_*` through `Database::execute` (command
+//!   build, connection checkout, reply, counters). The differences are the
+//!   VMOD's own cost per command outside varnishd.
+//!   Without redis-server these are skipped with a note.
+//!
+//! The library is linked as an rlib (Cargo.toml: `crate-type = ["cdylib",
+//! "rlib"]`); the FFI layer is private and not pulled into this binary.
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use vmod_redis::command::Command;
+use vmod_redis::config::{DbArgs, DbConfig, Location, Protocol};
+use vmod_redis::connection::private::PrivateConnections;
+use vmod_redis::connection::shared::SharedPool;
+use vmod_redis::connection::{resp, Connector};
+use vmod_redis::database::Database;
+use vmod_redis::reply::Reply;
+use vmod_redis::server::Health;
+use vmod_redis::stats::Stats;
+
+/// The script of the seeds' EVAL (seed 000 / 001), as VCL pushes it.
+const SCRIPT: &str = "
+            redis.call('SET', KEYS[1], ARGV[1]);
+            redis.call('EXPIRE', KEYS[1], ARGV[2]);
+        ";
+
+fn set_command() -> Command {
+    let mut c = Command::new(b"SET");
+    c.push(b"foo");
+    c.push(b"Hello world!");
+    c
+}
+
+fn eval_command() -> Command {
+    let mut c = Command::new(b"EVAL");
+    c.push(SCRIPT.as_bytes());
+    c.push(b"1");
+    c.push(b"bar");
+    c.push(b"123456789");
+    c.push(b"1");
+    c
+}
+
+fn bench_command(c: &mut Criterion) {
+    let mut g = c.benchmark_group("command");
+    g.bench_function("set_build_and_pack", |b| {
+        b.iter(|| {
+            let mut c = set_command();
+            black_box(c.packed().len())
+        })
+    });
+    g.bench_function("get_build_and_pack", |b| {
+        b.iter(|| {
+            let mut c = Command::new(black_box(b"GET"));
+            c.push(black_box(b"foo"));
+            black_box(c.packed().len())
+        })
+    });
+    g.bench_function("eval_build_and_pack_as_evalsha", |b| {
+        b.iter(|| {
+            let c = eval_command();
+            black_box(c.packed_as_evalsha().map(|v| v.len()))
+        })
+    });
+    g.bench_function("eval_script_sha1_hex", |b| {
+        let c = eval_command();
+        b.iter(|| black_box(c.script_sha1_hex()))
+    });
+    let args: Vec<Vec<u8>> = (0..100).map(|i| format!("key:{i}").into_bytes()).collect();
+    g.throughput(Throughput::Elements(args.len() as u64));
+    g.bench_function("mget_100_args_build_and_pack", |b| {
+        b.iter(|| {
+            let mut c = Command::new(b"MGET");
+            for arg in &args {
+                c.push(arg);
+            }
+            black_box(c.packed().len())
+        })
+    });
+    g.finish();
+}
+
+fn bench_reply(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reply");
+    let mut array = b"*100\r\n".to_vec();
+    for i in 0..100 {
+        let v = format!("value:{i}");
+        array.extend_from_slice(format!("${}\r\n{v}\r\n", v.len()).as_bytes());
+    }
+    let mut map = b"%10\r\n".to_vec();
+    for i in 0..10 {
+        map.extend_from_slice(format!("+k{i}\r\n:{i}\r\n").as_bytes());
+    }
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("parse_status_ok", b"+OK\r\n".to_vec()),
+        ("parse_nil", b"$-1\r\n".to_vec()),
+        ("parse_integer", b":42\r\n".to_vec()),
+        ("parse_bulk_12B", b"$12\r\nHello world!\r\n".to_vec()),
+        ("parse_array_100_bulk", array),
+        ("parse_resp3_map_10", map),
+        (
+            "parse_error",
+            b"-NOSCRIPT No matching script. Please use EVAL.\r\n".to_vec(),
+        ),
+    ];
+    for (name, wire) in cases {
+        assert_eq!(resp::scan(&wire).ok().flatten(), Some(wire.len()), "{name}");
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let wire = black_box(&wire[..]);
+                let len = resp::scan(wire).ok().flatten().unwrap_or(0);
+                black_box(resp::build(&wire[..len]).is_ok())
+            })
+        });
+    }
+    let texts = [
+        ("text_string", Reply::String(b"Hello world!".to_vec())),
+        ("text_status", Reply::Status("OK".to_owned())),
+        ("text_integer", Reply::Integer(-1234567890)),
+        ("text_double", Reply::Double(1234.5678)),
+    ];
+    for (name, reply) in texts {
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(black_box(&reply).text().map(|t| t.len())))
+        });
+    }
+    g.finish();
+}
+
+/// A redis-server on a UNIX socket in a fresh directory, killed on drop.
+struct Redis {
+    child: Child,
+    dir: PathBuf,
+    sock: PathBuf,
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        let dir = std::env::temp_dir().join(format!("vmod-redis-micro.{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let sock = dir.join("redis.sock");
+        let child = Process::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ])
+            .arg("--unixsocket")
+            .arg(&sock)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let redis = Redis { child, dir, sock };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::os::unix::net::UnixStream::connect(&redis.sock).is_ok() {
+                return Some(redis);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn connector(sock: &Path) -> Connector {
+    Connector::new(
+        &Location::Unix(sock.to_path_buf()),
+        None,
+        None,
+        Protocol::Default,
+        Some(Duration::from_secs(1)),
+    )
+    .expect("connector")
+}
+
+fn database(sock: &Path, shared: bool) -> Database {
+    let location = sock.to_string_lossy();
+    let config = DbConfig::from_args(&DbArgs {
+        location: &location,
+        shared_connections: shared,
+        max_connections: if shared { 10 } else { 1 },
+        ..DbArgs::default()
+    })
+    .expect("config");
+    Database::new("bench", config).expect("database")
+}
+
+fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
+    let stats = Arc::new(Stats::default());
+    let mut g = c.benchmark_group("pool");
+    {
+        let threads = Arc::new(scheduled_thread_pool::ScheduledThreadPool::new(1));
+        let pool = SharedPool::new(
+            connector(&redis.sock),
+            Arc::new(Health::new(Duration::ZERO)),
+            None,
+            10,
+            Duration::from_secs(1),
+            threads,
+        );
+        // The first checkout connects; the benchmark reuses the idle one.
+        drop(pool.get(&stats).expect("first checkout"));
+        g.bench_function("shared_checkout_return", |b| {
+            b.iter(|| black_box(pool.get(&stats).map(|lease| lease.is_broken())))
+        });
+    }
+    {
+        let private = PrivateConnections::new(1);
+        let conn = connector(&redis.sock).connect(&stats).expect("connect");
+        private.give_back(0, conn, &stats);
+        g.bench_function("private_take_give_back", |b| {
+            b.iter(|| {
+                let conn = private.take(0).expect("idle connection");
+                private.give_back(0, black_box(conn), &stats);
+            })
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("roundtrip");
+    let mut get = Command::new(b"GET");
+    get.push(b"foo");
+    let packed = get.packed().to_vec();
+    {
+        // The floor: one write and reads until the reply is complete, on a
+        // plain socket, nothing else.
+        let mut sock = UnixStream::connect(&redis.sock).expect("raw connection");
+        let mut buf = vec![0u8; 4096];
+        g.bench_function("raw_socket_get", |b| {
+            b.iter(|| {
+                sock.write_all(&packed).expect("write");
+                let mut end = 0;
+                loop {
+                    let n = sock.read(&mut buf[end..]).expect("read");
+                    assert!(n > 0, "redis closed the connection");
+                    end += n;
+                    if let Ok(Some(len)) = resp::scan(&buf[..end]) {
+                        break black_box(len);
+                    }
+                }
+            })
+        });
+    }
+    {
+        let mut conn = connector(&redis.sock)
+            .connect(&Stats::default())
+            .expect("connect");
+        g.bench_function("connection_request_get", |b| {
+            b.iter(|| black_box(conn.request(&packed, None).is_ok()))
+        });
+    }
+    for (name, shared) in [
+        ("database_execute_get_private", false),
+        ("database_execute_get_shared", true),
+    ] {
+        let db = database(&redis.sock, shared);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut c = Command::new(b"GET");
+                c.push(b"foo");
+                black_box(db.execute(&mut c, true, &mut |_| {}).is_ok())
+            })
+        });
+    }
+    g.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    bench_command(&mut c);
+    bench_reply(&mut c);
+    match Redis::start() {
+        Some(redis) => bench_with_redis(&mut c, &redis),
+        None => eprintln!(
+            "micro: redis-server not found or did not start: pool/* and roundtrip/* skipped \
+             (apt-get install -y redis-server)"
+        ),
+    }
+    c.final_summary();
+}
