@@ -263,6 +263,44 @@ impl fmt::Display for Location {
     }
 }
 
+/// `as_str`, `Display` and `FromStr` for a Rust enum mirroring a VCL ENUM.
+/// Parsing takes the exact ENUM strings only: varnishd never passes
+/// anything else, so any other text means a bug in the glue, which we want
+/// to see.
+macro_rules! vcl_enum {
+    ($name:ident, $arg:literal, $expected:literal, { $($variant:ident => $text:literal,)* }) => {
+        impl $name {
+            /// The VCL ENUM spelling, also used in stats and logs.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ConfigError;
+
+            fn from_str(text: &str) -> Result<$name, ConfigError> {
+                match text {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err(ConfigError::InvalidEnum {
+                        arg: $arg,
+                        value: text.to_owned(),
+                        expected: $expected,
+                    }),
+                }
+            }
+        }
+    };
+}
+
 /// Role of a server, from the VCL ENUM `{master, slave, auto, cluster}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -276,43 +314,12 @@ pub enum Role {
     Cluster,
 }
 
-impl Role {
-    /// The VCL ENUM spelling, also used in stats and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Master => "master",
-            Role::Slave => "slave",
-            Role::Auto => "auto",
-            Role::Cluster => "cluster",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Role {
-    type Err = ConfigError;
-
-    /// Exact ENUM strings only: varnishd never passes anything else, so any
-    /// other text means a bug in the glue, which we want to see.
-    fn from_str(text: &str) -> Result<Role, ConfigError> {
-        match text {
-            "master" => Ok(Role::Master),
-            "slave" => Ok(Role::Slave),
-            "auto" => Ok(Role::Auto),
-            "cluster" => Ok(Role::Cluster),
-            _ => Err(ConfigError::InvalidEnum {
-                arg: "type",
-                value: text.to_owned(),
-                expected: "master, slave, auto, cluster",
-            }),
-        }
-    }
-}
+vcl_enum!(Role, "type", "master, slave, auto, cluster", {
+    Master => "master",
+    Slave => "slave",
+    Auto => "auto",
+    Cluster => "cluster",
+});
 
 /// RESP version to ask for on connect, from the VCL ENUM
 /// `{RESP2, RESP3, default}`.
@@ -326,39 +333,11 @@ pub enum Protocol {
     Default,
 }
 
-impl Protocol {
-    /// The VCL ENUM spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Resp2 => "RESP2",
-            Protocol::Resp3 => "RESP3",
-            Protocol::Default => "default",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Protocol {
-    type Err = ConfigError;
-
-    fn from_str(text: &str) -> Result<Protocol, ConfigError> {
-        match text {
-            "RESP2" => Ok(Protocol::Resp2),
-            "RESP3" => Ok(Protocol::Resp3),
-            "default" => Ok(Protocol::Default),
-            _ => Err(ConfigError::InvalidEnum {
-                arg: "protocol",
-                value: text.to_owned(),
-                expected: "RESP2, RESP3, default",
-            }),
-        }
-    }
-}
+vcl_enum!(Protocol, "protocol", "RESP2, RESP3, default", {
+    Resp2 => "RESP2",
+    Resp3 => "RESP3",
+    Default => "default",
+});
 
 /// One `weight ipv4/prefix` pair of a subnets list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
