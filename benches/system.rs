@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench system                 # full run (about 25 minutes)
-//! cargo bench --bench system -- --quick      # development run (about 8 minutes)
+//! cargo bench --bench system -- --quick      # development run (about 9 minutes)
 //! cargo bench --bench system -- --only s1    # a subset: s1, s2, s3 (comma-separated)
 //! cargo bench --bench system -- --help       # every option
 //! ```
@@ -34,12 +34,13 @@
 //!   commands of one kind (SET, GET, the EVAL script), each followed by
 //!   `free()`, private connections, `max_connections=1`; one VCL per VMOD
 //!   holds every cell, selected by URL. Closed loop, one client
-//!   (`wrk -t1 -c1`), 1 s warm-up per cell. Per cell: ms per request and
-//!   the varnishd child's CPU (utime + stime of `/proc/<child>/stat`) per
-//!   request; per command kind: the slopes over N (least squares); the raw
+//!   (`wrk -t1 -c1`), 1 s warm-up per cell; both varnishd run side by side
+//!   and each cell is measured on ours then theirs, back to back. Per cell:
+//!   ms per request and the varnishd child's CPU (utime + stime of
+//!   `/proc/<child>/stat`) per request; per command kind: the slopes over N (least squares); the raw
 //!   Redis round trip of the same repetition (`redis-benchmark -c 1 -t
 //!   set,get`, p50, and `EVALSHA` of the same script). Repeated
-//!   (`--reps`, default 3) and reported as median and spread.
+//!   (`--reps`, default 5, 3 s per cell) and reported as median and spread.
 //! * S2 (seed 000, private vs shared): SET + GET + EVAL with the seed's reply
 //!   checks, `wrk -t2 -c400 -d20s` after a 2 s warm-up; columns: no Redis
 //!   (the VMOD loaded, no command), private, shared with max_connections in
@@ -109,8 +110,8 @@ const USAGE: &str = "\
 usage: cargo bench --bench system -- [options]
   --quick             S1: 2 reps x 2 s per cell; S2/S3: -d5s, 1 s warm-up
   --only LIST         s1,s2,s3 (default: all)
-  --reps N            S1 repetitions (default 3, quick 2)
-  --s1-secs N         S1 seconds per cell (default 5, quick 2)
+  --reps N            S1 repetitions (default 5, quick 2)
+  --s1-secs N         S1 seconds per cell (default 3, quick 2)
   --s2-secs N         S2/S3 seconds per run (default 20, quick 5)
   --s2-conns N        S2/S3 wrk connections (default 400)
   --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
@@ -133,8 +134,8 @@ fn parse_opts() -> Res<Option<Opts>> {
         s1: true,
         s2: true,
         s3: true,
-        reps: if quick { 2 } else { 3 },
-        s1_secs: if quick { 2 } else { 5 },
+        reps: if quick { 2 } else { 5 },
+        s1_secs: if quick { 2 } else { 3 },
         s1_warm: 1,
         s2_secs: if quick { 5 } else { 20 },
         s2_warm: if quick { 1 } else { 2 },
@@ -1360,22 +1361,32 @@ fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
         ]);
         let mut per_vmod: [BTreeMap<(usize, u32), Cell>; 2] = Default::default();
         let mut sanity = [Sanity::default(); 2];
-        for (vi, vmod) in [Vmod::Ours, Vmod::Theirs].into_iter().enumerate() {
+        // Both varnishd run side by side (the idle one costs next to
+        // nothing) so that each cell is measured ours, theirs, back to
+        // back: drift between the two is seconds, not minutes.
+        let mut varnishes = Vec::new();
+        for vmod in [Vmod::Ours, Vmod::Theirs] {
             let vcl = s1_vcl(&env.import_line(vmod), &location);
-            let conns_before = redis.probe.info("stats", "total_connections_received");
-            let mut v = Varnish::start(env, &format!("s1-{}", vmod.name()), &vcl)?;
-            let mut cells = vec![(0usize, 0u32)];
-            for ci in 0..S1_CMDS.len() {
-                for n in S1_NS.into_iter().filter(|n| *n > 0) {
-                    cells.push((ci, n));
-                }
+            varnishes.push(Varnish::start(env, &format!("s1-{}", vmod.name()), &vcl)?);
+        }
+        let mut cells = vec![(0usize, 0u32)];
+        for ci in 0..S1_CMDS.len() {
+            for n in S1_NS.into_iter().filter(|n| *n > 0) {
+                cells.push((ci, n));
             }
-            for (ci, n) in cells {
+        }
+        let mut received = [0u64; 2];
+        for (ci, n) in cells {
+            for (vi, vmod) in [Vmod::Ours, Vmod::Theirs].into_iter().enumerate() {
+                let v = &varnishes[vi];
                 let url = format!("http://127.0.0.1:{}{}", v.port, s1_url(S1_CMDS[ci], n));
                 s1_load(o, &url, o.s1_warm, "S1 warm-up")?;
+                let conns0 = redis.probe.info("stats", "total_connections_received");
                 let cpu0 = v.cpu();
                 let load = s1_load(o, &url, o.s1_secs, "S1")?;
                 let cpu1 = v.cpu();
+                let conns1 = redis.probe.info("stats", "total_connections_received");
+                received[vi] += conns1.zip(conns0).map_or(0, |(a, b)| a - b);
                 if load.non2xx > 0 || load.socket_errors > 0 {
                     eprintln!(
                         "system: S1 {} {url}: {} non-2xx, {} socket errors",
@@ -1390,11 +1401,12 @@ fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
                     load,
                 };
                 eprintln!(
-                    "system: S1 rep {} {:6} {:4} N={n}: {:.4} ms/req, {:.1} us CPU/req",
+                    "system: S1 rep {} {:6} {:4} N={n}: {:.4} ms/req (p50 {:.4}), {:.1} us CPU/req",
                     rep + 1,
                     vmod.name(),
                     if n == 0 { "-" } else { S1_CMDS[ci] },
                     cell.ms,
+                    cell.load.p50_ms,
                     cell.cpu_us
                 );
                 if n == 0 {
@@ -1405,13 +1417,14 @@ fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
                     per_vmod[vi].insert((ci, n), cell);
                 }
             }
+        }
+        for (vi, mut v) in varnishes.into_iter().enumerate() {
             let json = v.stats_json().unwrap_or_default();
             v.stop();
-            let conns_after = redis.probe.info("stats", "total_connections_received");
             sanity[vi] = Sanity {
                 failed: json_number(&json, "\"commands\"", "failed"),
                 connections: json_number(&json, "\"connections\"", "total"),
-                received: conns_after.zip(conns_before).map(|(a, b)| a - b),
+                received: Some(received[vi]),
             };
         }
         s1.cells.push(per_vmod);
@@ -2067,7 +2080,8 @@ fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets
         r,
         "Private connections, `max_connections=1`; one client in a closed loop \
          ({}), {} s per cell after a {} s warm-up on the same URL; {reps} \
-         repetitions, each: redis-benchmark, then ours, then theirs. \
+         repetitions, each: redis-benchmark, then both varnishd started side by side and every \
+         cell measured on ours then on theirs, back to back. \
          Figures are medians over the repetitions, ± the spread (max − min) / median.\n",
         match o.s1_client {
             S1Client::Wrk => "`wrk -t1 -c1 --latency`; ms/request = 1000 / req/s",
@@ -2176,6 +2190,28 @@ fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets
             .collect::<Vec<_>>()
             .join("; ")
     );
+    if o.s1_client == S1Client::Wrk {
+        let _ = writeln!(
+            r,
+            "Robustness check: the same slopes from wrk's median latency (p50) instead of \
+             the mean, which a few scheduling stalls cannot move (µs, median over repetitions): {}\n",
+            S1_CMDS
+                .iter()
+                .enumerate()
+                .map(|(ci, cmd)| {
+                    let ours = median(&s1.slopes(0, ci, |c| c.load.p50_ms, 1000.0));
+                    let theirs = median(&s1.slopes(1, ci, |c| c.load.p50_ms, 1000.0));
+                    format!(
+                        "{cmd} ours {} / theirs {} (ratio {})",
+                        f(ours, 1),
+                        f(theirs, 1),
+                        f(ratio(ours, theirs), 3)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     let _ = writeln!(r, "### varnishd child CPU per command (slope, µs)\n");
     let _ = writeln!(
         r,
@@ -2203,7 +2239,7 @@ fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets
         ));
     }
     let _ = writeln!(r);
-    let _ = writeln!(r, "Sanity per repetition (ours / theirs): db.stats() commands.failed; db.stats() connections.total; Redis total_connections_received during the pass ({} requests per VMOD and repetition, all cells):\n",
+    let _ = writeln!(r, "Sanity per repetition (ours / theirs): db.stats() commands.failed; db.stats() connections.total; Redis total_connections_received during the measured runs ({} requests per VMOD and repetition, all cells):\n",
         s1.cells.first().map_or(0, |rep| rep[0].iter().filter(|((c, n), _)| *n > 0 || *c == 0).map(|(_, cell)| cell.load.requests).sum::<u64>()));
     for (i, s) in s1.sanity.iter().enumerate() {
         let _ = writeln!(

@@ -337,7 +337,16 @@ impl Database {
         packed: &[u8],
         timeout: Option<Duration>,
     ) -> Result<Reply> {
-        conn.request(packed, timeout).map_err(|failure| {
+        // Left out of step by the previous request of this attempt (ROLE,
+        // or EVALSHA before EVAL): counted then.
+        let was_broken = conn.is_broken();
+        let result = conn.request(packed, timeout);
+        if result.is_ok() && conn.is_broken() {
+            // A reply followed by bytes nobody asked for: the connection
+            // is out of step and dropped after this command.
+            self.stats.inc(Counter::DroppedError);
+        }
+        result.map_err(|failure| {
             let server_name = server.connector.location().to_string();
             match failure {
                 Failure::Timeout => {
@@ -347,6 +356,7 @@ impl Database {
                         timeout_ms: timeout.map_or(0, |t| t.as_millis()),
                     };
                 }
+                _ if was_broken => {}
                 Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
                 Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
             }

@@ -413,3 +413,183 @@ mod tests {
         assert_eq!(wire.map_value(b"proto"), Some(&Reply::Integer(3)));
     }
 }
+
+/// Property tests of the readers VCL reaches with its own (untrusted)
+/// arguments: nested paths, map keys, the text of every scalar.
+///
+/// Runtime: about 2 s of CPU in a debug build (`cargo test --lib
+/// reply::proptests`). Found no bug.
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        let leaf = prop_oneof![
+            Just(Reply::Nil),
+            "[a-c0-9]{0,2}".prop_map(Reply::Error),
+            "[a-c0-9]{0,2}".prop_map(Reply::Status),
+            (-3i64..12).prop_map(Reply::Integer),
+            any::<bool>().prop_map(Reply::Boolean),
+            prop_oneof![Just(1.0), Just(2.5), Just(-0.0), any::<f64>()].prop_map(Reply::Double),
+            "[a-c0-9]{0,2}".prop_map(|s| Reply::String(s.into_bytes())),
+            vec(any::<u8>(), 0..4).prop_map(Reply::String),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| vec(inner, 0..6).prop_map(Reply::Array))
+    }
+
+    /// The reference reading of a path: the indexes, or None when malformed.
+    fn reference_path(path: &str) -> Option<Vec<usize>> {
+        let mut indexes = Vec::new();
+        if path.is_empty() {
+            return Some(indexes);
+        }
+        let mut current: Option<usize> = None;
+        for c in path.chars() {
+            match c {
+                '0'..='9' => {
+                    let digit = c as usize - '0' as usize;
+                    current = Some(current.unwrap_or(0).checked_mul(10)?.checked_add(digit)?);
+                }
+                '.' => indexes.push(current.take()?),
+                _ => return None,
+            }
+        }
+        indexes.push(current?);
+        Some(indexes)
+    }
+
+    fn reference_element<'a>(reply: &'a Reply, index: i64, path: &str) -> Option<&'a Reply> {
+        let mut cur = reply;
+        let first = usize::try_from(index).ok()?;
+        for i in std::iter::once(first).chain(reference_path(path)?) {
+            cur = match cur {
+                Reply::Array(items) => items.get(i)?,
+                _ => return None,
+            };
+        }
+        Some(cur)
+    }
+
+    /// Paths as VCL might write them: valid ones (leading zeros too), and
+    /// near misses (signs, blanks, empty segments, non-ASCII digits, overflow).
+    fn path() -> impl Strategy<Value = String> {
+        prop_oneof![
+            vec((0..7usize, 0..3usize), 0..5).prop_map(|segments| {
+                segments
+                    .iter()
+                    .map(|&(i, zeros)| format!("{}{i}", "0".repeat(zeros)))
+                    .collect::<Vec<_>>()
+                    .join(".")
+            }),
+            vec(
+                prop::sample::select(vec![
+                    "0",
+                    "1",
+                    "2",
+                    "3",
+                    ".",
+                    "..",
+                    "+",
+                    "-",
+                    " ",
+                    "x",
+                    "\u{663}",
+                    "\u{ff11}",
+                    "\0",
+                    "18446744073709551616",
+                    "99999999999999999999999",
+                ]),
+                0..8
+            )
+            .prop_map(|parts| parts.concat()),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// `element(index, path)` is the reference indexing, for any path.
+        #[test]
+        fn element_follows_the_reference(
+            reply in reply(),
+            index in prop_oneof![-2i64..8, any::<i64>()],
+            path in path(),
+        ) {
+            let got = reply.element(index, &path);
+            let want = reference_element(&reply, index, &path);
+            prop_assert!(
+                match (got, want) {
+                    (Some(g), Some(w)) => std::ptr::eq(g, w),
+                    (None, None) => true,
+                    _ => false,
+                },
+                "{:?} {:?}: got {:?}, want {:?}", index, path, got, want
+            );
+        }
+
+        /// `map_value` is the first even-position key whose text matches.
+        #[test]
+        fn map_value_is_the_first_matching_key(
+            reply in reply(),
+            key in prop_oneof!["[a-c0-9]{0,2}".prop_map(String::into_bytes), vec(any::<u8>(), 0..3)],
+        ) {
+            let want = match &reply {
+                Reply::Array(items) if items.len() % 2 == 0 => items
+                    .chunks_exact(2)
+                    .find(|pair| pair[0].text().is_some_and(|t| *t == *key))
+                    .map(|pair| &pair[1]),
+                _ => None,
+            };
+            let got = reply.map_value(&key);
+            prop_assert!(
+                match (got, want) {
+                    (Some(g), Some(w)) => std::ptr::eq(g, w),
+                    (None, None) => true,
+                    _ => false,
+                },
+                "{:?}: got {:?}, want {:?}", key, got, want
+            );
+        }
+
+        /// Integers read back exactly.
+        #[test]
+        fn integer_text_parses_back(i in any::<i64>()) {
+            let text = Reply::Integer(i).text().unwrap().into_owned();
+            prop_assert_eq!(std::str::from_utf8(&text).unwrap().parse::<i64>(), Ok(i));
+        }
+
+        /// Doubles read back bit for bit, with an exponent only outside
+        /// [1e-6, 1e21), as Redis writes them.
+        #[test]
+        fn double_text_parses_back(d in any::<f64>()) {
+            let text = Reply::Double(d).text().unwrap().into_owned();
+            let text = String::from_utf8(text).unwrap();
+            if d.is_nan() {
+                prop_assert_eq!(text, "nan");
+            } else if d.is_infinite() {
+                prop_assert_eq!(text, if d > 0.0 { "inf" } else { "-inf" });
+            } else {
+                prop_assert_eq!(text.parse::<f64>().map(f64::to_bits), Ok(d.to_bits()), "{}", text);
+                let plain = d == 0.0 || (1e-6..1e21).contains(&d.abs());
+                prop_assert_eq!(!text.contains('e'), plain, "{}", text);
+                prop_assert!(text.len() <= 25, "{}", text);
+            }
+        }
+
+        /// `text_of_kind` is `text` for the three textual kinds, else None.
+        #[test]
+        fn text_of_kind_agrees_with_text(reply in reply()) {
+            for kind in [
+                ReplyKind::Error, ReplyKind::Nil, ReplyKind::Status, ReplyKind::Integer,
+                ReplyKind::Boolean, ReplyKind::Double, ReplyKind::String, ReplyKind::Array,
+            ] {
+                let textual = matches!(kind, ReplyKind::Error | ReplyKind::Status | ReplyKind::String);
+                let want = (textual && reply.kind() == kind).then(|| reply.text().unwrap());
+                prop_assert_eq!(reply.text_of_kind(kind), want.as_deref());
+            }
+        }
+    }
+}

@@ -167,7 +167,12 @@ pub fn retries(ctx: &Ctx, db: &Arc<Database>, retries: i64) {
         Ok(retries) => with_command(ctx, db, "retries()", |command| {
             command.retries = Some(retries);
         }),
-        Err(_) => log_error(ctx, db, &format!("retries({retries}): must be >= 0")),
+        Err(_) if retries < 0 => log_error(ctx, db, &format!("retries({retries}): must be >= 0")),
+        Err(_) => log_error(
+            ctx,
+            db,
+            &format!("retries({retries}): must be at most {}", u32::MAX),
+        ),
     }
 }
 

@@ -118,6 +118,7 @@ impl Connector {
             created: Instant::now(),
             timeout: None,
             broken: false,
+            scan: resp::ScanState::default(),
         };
         if let Some(handshake) = &self.handshake {
             // The handshake is bounded by the connect timeout too.
@@ -232,6 +233,8 @@ pub struct Connection {
     /// consecutive commands use the same timeout.
     timeout: Option<Duration>,
     broken: bool,
+    /// How far the reply in `buf[start..end]` has been scanned.
+    scan: resp::ScanState,
 }
 
 /// How a request on a connection failed at the transport level.
@@ -266,6 +269,9 @@ impl From<io::Error> for Failure {
 
 /// Bytes read from the socket at a time (and the initial buffer size).
 const READ_CHUNK: usize = 16 * 1024;
+/// A buffer grown larger than this by a large reply is released once the
+/// reply has been read, rather than kept by the idle connection.
+const KEEP_BUFFER: usize = 4 * READ_CHUNK;
 
 impl Connection {
     pub fn created(&self) -> Instant {
@@ -290,6 +296,11 @@ impl Connection {
         packed: &[u8],
         timeout: Option<Duration>,
     ) -> std::result::Result<Reply, Failure> {
+        if self.broken {
+            // Out of step (see `exchange`): what it reads next would not be
+            // the reply to `packed`.
+            return Err(resp::ProtocolError::Malformed("bytes after the previous reply").into());
+        }
         let result = self.exchange(packed, timeout);
         if result.is_err() {
             self.broken = true;
@@ -309,7 +320,7 @@ impl Connection {
         let deadline = timeout.map(|t| Instant::now() + t);
         self.stream.write_all(packed)?;
         loop {
-            if let Some(len) = resp::scan(&self.buf[self.start..self.end])? {
+            if let Some(len) = resp::scan_from(&self.buf[self.start..self.end], &mut self.scan)? {
                 let bytes = &self.buf[self.start..self.start + len];
                 let push = resp::is_push(bytes);
                 let reply = if push {
@@ -321,9 +332,21 @@ impl Connection {
                 if self.start == self.end {
                     self.start = 0;
                     self.end = 0;
+                    if self.buf.len() > KEEP_BUFFER {
+                        self.buf = Vec::new();
+                    }
                 }
                 match reply {
-                    Some(reply) => return Ok(reply),
+                    Some(reply) => {
+                        // Bytes after the reply, unless a RESP3 push, answer
+                        // no request of ours: the stream is out of step, and
+                        // the next command must not read them as its reply.
+                        if self.start != self.end && !resp::is_push(&self.buf[self.start..self.end])
+                        {
+                            self.broken = true;
+                        }
+                        return Ok(reply);
+                    }
                     // An out-of-band push (RESP3): not our reply.
                     None => continue,
                 }
@@ -347,7 +370,10 @@ impl Connection {
             if self.end > resp::MAX_REPLY_BYTES + READ_CHUNK {
                 return Err(resp::ProtocolError::TooLarge.into());
             }
-            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
+            // Never more than a reply of the largest size needs.
+            let grown = (self.buf.len() * 2)
+                .max(self.end + READ_CHUNK)
+                .min(resp::MAX_REPLY_BYTES + 2 * READ_CHUNK);
             self.buf.resize(grown, 0);
         }
         match self.stream.read(&mut self.buf[self.end..]) {
