@@ -1,7 +1,7 @@
 //! vmod-redis: a Varnish VMOD for Redis, written in Rust.
 //!
 //! Layers, top to bottom:
-//! - [`ffi`]: the only `unsafe` code. C types, the `vmod_*` entry points that
+//! - [`ffi`]: the only code that may break Rust's safety rules. C types, the `vmod_*` entry points that
 //!   vmod.vcc declares, workspace copies, PRIV slots, VSL, panics.
 //! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
 //! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
