@@ -4,6 +4,7 @@
 //! The wire protocol is ours ([`resp`]): plain blocking sockets with
 //! timeouts, requests packed once by [`crate::command::Command`], replies
 //! parsed without recursion and within size limits.
+mod gate;
 pub mod private;
 pub mod resp;
 pub mod shared;

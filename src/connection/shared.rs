@@ -1,14 +1,16 @@
 //! Shared mode: one bounded r2d2 pool per (database, server) for all
-//! workers. The wait for a pooled connection is bounded, and a worker that
-//! finds every connection in use is counted in `workers.blocked`.
+//! workers. Workers are admitted to it in arrival order ([`FairGate`]),
+//! the wait is bounded, and a worker that finds every connection in use is
+//! counted in `workers.blocked`.
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use scheduled_thread_pool::ScheduledThreadPool;
 
+use super::gate::{Admission, FairGate, Permit};
 use super::{Connection, Connector};
 use crate::error::Error;
 use crate::server::Health;
@@ -82,16 +84,18 @@ pub struct SharedPool {
     ttl: Option<Duration>,
     max_size: u32,
     wait: Duration,
-    in_use: AtomicU32,
+    /// One permit per connection the pool may hold.
+    gate: FairGate,
     threads: Arc<ScheduledThreadPool>,
     /// Shared with the pool's `Manager`: the last connect outcome.
     last_connect: Arc<ConnectOutcome>,
 }
 
-/// A pooled connection; returns to the pool when dropped.
+/// A pooled connection; returns to the pool when dropped, and only then
+/// (fields drop in order) lets the next worker in.
 pub struct SharedLease<'a> {
     conn: r2d2::PooledConnection<Manager>,
-    in_use: &'a AtomicU32,
+    _permit: Permit<'a>,
 }
 
 impl SharedPool {
@@ -105,14 +109,15 @@ impl SharedPool {
         wait: Duration,
         threads: Arc<ScheduledThreadPool>,
     ) -> Self {
+        let max_size = max_size.max(1);
         SharedPool {
             pool: RwLock::new(None),
             connector,
             health,
             ttl,
-            max_size: max_size.max(1),
+            max_size,
             wait,
-            in_use: AtomicU32::new(0),
+            gate: FairGate::new(max_size),
             threads,
             last_connect: Arc::default(),
         }
@@ -144,33 +149,37 @@ impl SharedPool {
         .clone()
     }
 
-    /// A connection from the pool, waiting at most `wait`, and failing at
-    /// once while the server refuses connections and none is open.
+    /// A connection from the pool, waiting in line at most `wait`, and
+    /// failing at once while the server refuses connections and none is
+    /// open.
     pub fn get(&self, stats: &Arc<Stats>) -> Result<SharedLease<'_>, Error> {
-        let pool = self.pool(stats);
-        if self.in_use.fetch_add(1, Ordering::Relaxed) >= self.max_size {
+        let started = Instant::now();
+        let deadline = started + self.wait;
+        let timeout = |detail: String| Error::PoolTimeout {
+            server: self.connector.location().to_string(),
+            waited_ms: started.elapsed().as_millis(),
+            pool_size: self.max_size,
+            detail,
+        };
+        let Some((permit, admission)) = self.gate.acquire(deadline) else {
+            stats.inc(Counter::WorkersBlocked);
+            return Err(timeout(format!("all {} connections in use", self.max_size)));
+        };
+        if admission == Admission::Waited {
             stats.inc(Counter::WorkersBlocked);
         }
-        let started = Instant::now();
+        // With a permit, an idle connection is there unless one is still
+        // being opened (first use, or a broken one being replaced).
+        let pool = self.pool(stats);
         let conn = match pool.try_get() {
             Some(conn) => Ok(conn),
-            None => self.wait_for(&pool, started + self.wait),
+            None => self.wait_for(&pool, deadline),
         };
-        match conn {
-            Ok(conn) => Ok(SharedLease {
-                conn,
-                in_use: &self.in_use,
-            }),
-            Err(detail) => {
-                self.in_use.fetch_sub(1, Ordering::Relaxed);
-                Err(Error::PoolTimeout {
-                    server: self.connector.location().to_string(),
-                    waited_ms: started.elapsed().as_millis(),
-                    pool_size: self.max_size,
-                    detail,
-                })
-            }
-        }
+        conn.map(|conn| SharedLease {
+            conn,
+            _permit: permit,
+        })
+        .map_err(timeout)
     }
 
     /// The slow path of [`get`]: no idle connection. While nothing is open
@@ -216,12 +225,6 @@ impl SharedPool {
             let state = pool.state();
             (state.connections, state.idle_connections)
         })
-    }
-}
-
-impl Drop for SharedLease<'_> {
-    fn drop(&mut self) {
-        self.in_use.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
