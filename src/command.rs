@@ -13,6 +13,11 @@ const HEADER_ROOM: usize = 1 + 20 + 2;
 /// Arguments are rarely large: one allocation covers a typical command.
 const INITIAL_CAPACITY: usize = 256;
 
+/// The largest request sent, as packed: the same bound as a reply
+/// ([`crate::connection::resp::MAX_REPLY_BYTES`]), so VCL cannot make a
+/// worker buffer more than it could ever read back.
+pub const MAX_COMMAND_BYTES: usize = crate::connection::resp::MAX_REPLY_BYTES;
+
 /// A Redis command, its arguments RESP-encoded as they are pushed.
 #[derive(Clone)]
 pub struct Command {
@@ -29,6 +34,10 @@ pub struct Command {
     pub timeout: Option<Duration>,
     /// The `.retries()` override: `None` keeps the database default.
     pub retries: Option<u32>,
+    /// Set once an argument would have taken the request past
+    /// [`MAX_COMMAND_BYTES`]: the size it would have had. Later arguments
+    /// are only counted, and the command fails instead of being sent.
+    oversize: Option<usize>,
 }
 
 impl Command {
@@ -43,16 +52,27 @@ impl Command {
             script: (0, 0),
             timeout: None,
             retries: None,
+            oversize: None,
         };
         command.push(name);
         command
     }
 
-    /// Appends one binary-safe argument as `$len\r\narg\r\n`.
+    /// Appends one binary-safe argument as `$len\r\narg\r\n`, unless
+    /// the request would grow past [`MAX_COMMAND_BYTES`].
     pub fn push(&mut self, arg: &[u8]) {
         let mut digits = [0; 20];
         let len = decimal(arg.len(), &mut digits);
-        self.buf.reserve(1 + len.len() + 2 + arg.len() + 2);
+        let encoded = 1 + len.len() + 2 + arg.len() + 2;
+        let size = match self.oversize {
+            Some(size) => size + encoded,
+            None => packed_len(self.argc + 1, self.buf.len() - HEADER_ROOM + encoded),
+        };
+        if self.oversize.is_some() || size > MAX_COMMAND_BYTES {
+            self.oversize = Some(size);
+            return;
+        }
+        self.buf.reserve(encoded);
         self.buf.push(b'$');
         self.buf.extend_from_slice(len);
         self.buf.extend_from_slice(b"\r\n");
@@ -65,6 +85,12 @@ impl Command {
             _ => {}
         }
         self.argc += 1;
+    }
+
+    /// `Err(size)` when the pushed arguments would make a request larger
+    /// than [`MAX_COMMAND_BYTES`]: such a command is never sent.
+    pub fn check_size(&self) -> Result<(), usize> {
+        self.oversize.map_or(Ok(()), Err)
     }
 
     /// The command name, as given.
@@ -84,8 +110,7 @@ impl Command {
 
     /// The exact length of [`packed`](Self::packed), for size limits.
     pub fn byte_len(&self) -> usize {
-        let digits = self.argc.checked_ilog10().unwrap_or(0) as usize + 1;
-        1 + digits + 2 + self.buf.len() - HEADER_ROOM
+        packed_len(self.argc, self.buf.len() - HEADER_ROOM)
     }
 
     /// The RESP request `*N\r\n$len\r\narg\r\n...`. Takes `&mut self` to
@@ -140,6 +165,13 @@ impl Command {
 }
 
 /// Short, so that logging a command never dumps a megabyte argument.
+/// The length of a request of `argc` arguments whose encoded arguments
+/// take `args_len` bytes: they follow the `*argc\r\n` header.
+fn packed_len(argc: usize, args_len: usize) -> usize {
+    let digits = argc.checked_ilog10().unwrap_or(0) as usize + 1;
+    1 + digits + 2 + args_len
+}
+
 impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Command")
@@ -304,6 +336,46 @@ mod tests {
         assert_eq!((c.timeout, c.retries), (Some(Duration::ZERO), Some(0)));
         let debug = format!("{c:?}");
         assert!(debug.contains("\"GET\""), "{debug}");
+    }
+
+    #[test]
+    fn an_argument_past_the_size_limit_is_refused_not_buffered() {
+        let mut c = Command::new(b"RPUSH");
+        c.push(b"k");
+        let chunk = vec![b'x'; 1 << 20];
+        let mut pushed = 0;
+        while c.check_size().is_ok() {
+            c.push(&chunk);
+            pushed += 1;
+        }
+        assert_eq!(
+            pushed, 16,
+            "16 arguments of 1 MiB do not fit in 16 MiB with their framing"
+        );
+        let Err(size) = c.check_size() else {
+            unreachable!()
+        };
+        assert!(size > MAX_COMMAND_BYTES);
+        assert!(
+            c.byte_len() <= MAX_COMMAND_BYTES,
+            "the refused argument was not kept"
+        );
+        assert!(c.buf.capacity() <= 2 * MAX_COMMAND_BYTES);
+        // Later arguments are only counted.
+        c.push(b"more");
+        assert_eq!(c.check_size(), Err(size + 1 + 1 + 2 + 4 + 2));
+    }
+
+    #[test]
+    fn a_command_just_at_the_size_limit_is_kept() {
+        let mut c = Command::new(b"SET");
+        c.push(b"k");
+        // What is left for the value, with its `$len\r\n` and `\r\n`.
+        let room = MAX_COMMAND_BYTES - c.byte_len() - (1 + 8 + 2 + 2);
+        c.push(&vec![b'v'; room]);
+        assert_eq!(c.check_size(), Ok(()));
+        assert_eq!(c.byte_len(), MAX_COMMAND_BYTES);
+        assert_eq!(c.packed().len(), MAX_COMMAND_BYTES);
     }
 
     #[test]

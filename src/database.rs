@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
-use crate::command::Command;
+use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbConfig, Role};
 use crate::connection::private::PrivateConnections;
 use crate::connection::shared::{SharedLease, SharedPool};
@@ -261,6 +261,13 @@ impl Database {
             .or(self.config.command_timeout)
             .filter(|timeout| !timeout.is_zero());
         let retries = command.retries.unwrap_or(self.config.max_command_retries);
+        if let Err(size) = command.check_size() {
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(Error::CommandTooLarge {
+                size,
+                limit: MAX_COMMAND_BYTES,
+            });
+        }
         let mut attempt = 0;
         loop {
             match self.attempt(command, master, timeout, debug) {
@@ -469,9 +476,7 @@ mod tests {
 
     #[test]
     fn private_connection_is_reused_by_the_thread() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.shared_connections = false);
         assert_eq!(
             run(&db, &["SET", "k", "v"]).unwrap(),
@@ -492,10 +497,33 @@ mod tests {
     }
 
     #[test]
+    fn too_large_a_command_fails_without_touching_the_connection() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |_| {});
+        let mut command = Command::new(b"SET");
+        command.push(b"big");
+        command.push(&vec![b'x'; MAX_COMMAND_BYTES]);
+        let err = db.execute(&mut command, true, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string().starts_with("command of 16777")
+                && err
+                    .to_string()
+                    .ends_with("larger than the 16777216 bytes limit"),
+            "{err}"
+        );
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+        assert_eq!(
+            db.stats().get(Counter::ConnectionsTotal),
+            0,
+            "nothing was sent"
+        );
+        assert_eq!(redis.cli(&["EXISTS", "big"]), "0");
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+    }
+
+    #[test]
     fn error_reply_is_a_reply_and_counted() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |_| {});
         let reply = run(&db, &["NOSUCHCOMMAND"]).unwrap();
         assert!(matches!(&reply, Reply::Error(text) if text.starts_with("ERR unknown command")));
@@ -505,9 +533,7 @@ mod tests {
 
     #[test]
     fn eval_goes_out_as_evalsha_and_falls_back_once() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |_| {});
         let script = "return ARGV[1]";
         for _ in 0..3 {
@@ -522,9 +548,7 @@ mod tests {
 
     #[test]
     fn retry_reconnects_after_the_server_closed_the_connection() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| {
             args.shared_connections = false;
             args.max_command_retries = 1;
@@ -540,9 +564,7 @@ mod tests {
 
     #[test]
     fn without_retries_a_dead_connection_fails_once_then_recovers() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.shared_connections = false);
         run(&db, &["PING"]).unwrap();
         redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
@@ -553,9 +575,7 @@ mod tests {
 
     #[test]
     fn a_failure_makes_older_connections_of_other_threads_stale() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.shared_connections = false);
         let (ready, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|scope| {
@@ -582,9 +602,7 @@ mod tests {
 
     #[test]
     fn command_timeout_fails_the_command_and_drops_the_connection() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| {
             args.shared_connections = false;
             args.command_timeout = 100;
@@ -600,9 +618,7 @@ mod tests {
 
     #[test]
     fn connection_ttl_replaces_old_connections() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         for shared in [false, true] {
             let db = database(&redis, |args| {
                 args.shared_connections = shared;
@@ -622,9 +638,7 @@ mod tests {
 
     #[test]
     fn shared_pool_is_bounded_and_counts_blocked_workers() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| {
             args.shared_connections = true;
             args.max_connections = 1;
@@ -647,9 +661,7 @@ mod tests {
 
     #[test]
     fn private_lru_drops_connections_over_the_limit() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.shared_connections = false);
         let connections = PrivateConnections::new(1);
         let stats = Stats::default();
@@ -663,10 +675,7 @@ mod tests {
 
     #[test]
     fn auth_with_acl_user_and_wrong_password() {
-        let Some(redis) = RedisProcess::start(&["--user", "alice", "on", ">secret", "~*", "+@all"])
-        else {
-            return;
-        };
+        let redis = RedisProcess::start(&["--user", "alice", "on", ">secret", "~*", "+@all"]);
         let good = database(&redis, |args| {
             args.user = "alice";
             args.password = "secret";
@@ -684,9 +693,7 @@ mod tests {
 
     #[test]
     fn resp3_replies_keep_their_types() {
-        let Some(redis) = RedisProcess::start(&[]) else {
-            return;
-        };
+        let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.protocol = "RESP3");
         run(&db, &["HSET", "h", "f", "v"]).unwrap();
         assert_eq!(

@@ -11,16 +11,16 @@ pub struct RedisProcess {
 }
 
 impl RedisProcess {
-    /// Starts `redis-server` with `extra` arguments; None when it is not
-    /// installed (the vtc suites need it anyway, so scripts/deps has it).
-    pub fn start(extra: &[&str]) -> Option<RedisProcess> {
+    /// Starts `redis-server` with `extra` arguments. Panics when it cannot:
+    /// these tests need the real server (`scripts/deps` installs it).
+    pub fn start(extra: &[&str]) -> RedisProcess {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "vmod-redis-unit-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).expect("test directory");
         let socket = dir.join("redis.sock");
         let child = Command::new("redis-server")
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
@@ -33,14 +33,14 @@ impl RedisProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .ok()?;
+            .expect("redis-server (install it: bash scripts/deps)");
         let redis = RedisProcess { child, dir, socket };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(&redis.socket).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Some(redis)
+        redis
     }
 
     /// Runs redis-cli against this server and returns its output.
