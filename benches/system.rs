@@ -54,19 +54,22 @@
 //! Environment: `TMPDIR` (where the temporary directory goes),
 //! `CARGO` (the cargo that builds the .so; set by `cargo bench`).
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
 use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-type Res<T> = Result<T, String>;
+use support::{
+    cleanup_all, make_dir, spawn, stop_child, unregister_pid, wait_ready, Res, Varnishd, Waited,
+};
 
 const THEIRS_PKG: &str = "varnish-redis";
 const S1_NS: [u32; 5] = [0, 1, 2, 4, 8];
@@ -223,76 +226,8 @@ fn parse_opts() -> Res<Option<Opts>> {
 }
 
 // ---------------------------------------------------------------------------
-// Cleanup: every process we start and the temporary directory, stopped and
-// removed by PID on every way out.
-
-struct Registry {
-    pids: Vec<(i32, String)>,
-    dirs: Vec<PathBuf>,
-}
-
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    pids: Vec::new(),
-    dirs: Vec::new(),
-});
-
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn register_pid(pid: i32, name: &str) {
-    registry().pids.push((pid, name.to_owned()));
-}
-
-fn unregister_pid(pid: i32) {
-    registry().pids.retain(|(p, _)| *p != pid);
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill(2) on a PID this process started; no memory involved.
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-/// SIGTERM to each PID, up to `grace` for them to go, then SIGKILL.
-fn stop_pids(pids: &[(i32, String)], grace: Duration) {
-    for (pid, _) in pids.iter().rev() {
-        signal(*pid, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && pids.iter().any(|(pid, _)| alive(*pid)) {
-        sleep(Duration::from_millis(50));
-    }
-    for (pid, name) in pids {
-        if alive(*pid) {
-            eprintln!("system: {name} (pid {pid}) ignored SIGTERM: SIGKILL");
-            signal(*pid, libc::SIGKILL);
-        }
-    }
-}
-
-fn cleanup_all() {
-    let (pids, dirs) = {
-        let mut r = registry();
-        (std::mem::take(&mut r.pids), std::mem::take(&mut r.dirs))
-    };
-    stop_pids(&pids, Duration::from_secs(10));
-    for dir in dirs {
-        let _ = fs::remove_dir_all(dir);
-    }
-}
+// Cleanup: every process we start and the temporary directory are registered
+// in `support`, stopped and removed by PID on every way out.
 
 /// Cleans up when `main` returns or unwinds.
 struct CleanupGuard;
@@ -301,14 +236,6 @@ impl Drop for CleanupGuard {
     fn drop(&mut self) {
         cleanup_all();
     }
-}
-
-fn spawn(cmd: &mut Process, name: &str) -> Res<Child> {
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {name} ({:?}): {e}", cmd.get_program()))?;
-    register_pid(child.id() as i32, name);
-    Ok(child)
 }
 
 /// Waits for a child we spawned and forgets its PID.
@@ -476,25 +403,12 @@ fn build_ours() -> Res<PathBuf> {
     if !out.status.success() {
         return Err("cargo build --release --lib failed".into());
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    for line in text.lines().filter(|l| l.contains("\"compiler-artifact\"")) {
-        if let Some(end) = line.find("libvmod_redis.so\"") {
-            let start = line[..end].rfind('"').map_or(0, |i| i + 1);
-            return Ok(PathBuf::from(&line[start..end + "libvmod_redis.so".len()]));
-        }
-    }
-    Err("cargo build did not report libvmod_redis.so".into())
+    support::artifact_path(&String::from_utf8_lossy(&out.stdout))
+        .ok_or_else(|| "cargo build did not report libvmod_redis.so".into())
 }
 
 // ---------------------------------------------------------------------------
 // Small clients: HTTP GET and RESP, on loopback.
-
-fn free_port() -> Res<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
-}
 
 /// `GET path` with `Connection: close`: (status, body).
 fn http_get(port: u16, path: &str) -> Res<(u16, String)> {
@@ -642,45 +556,10 @@ fn cpu_seconds(pid: i32) -> Option<f64> {
     Some((utime + stime) as f64 / clk_tck())
 }
 
-fn status_kb(pid: i32, key: &str) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| {
-        l.strip_prefix(key)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-    })
-}
-
-/// The varnishd child: the `cache-main` process whose parent is the manager.
-fn find_cache_child(manager: i32) -> Option<i32> {
-    let mut found = None;
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Some(f) = stat_fields(pid) else { continue };
-        if f.get(1).and_then(|p| p.parse::<i32>().ok()) != Some(manager) {
-            continue;
-        }
-        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim() == "cache-main" {
-            return Some(pid);
-        }
-        found = Some(pid);
-    }
-    found
-}
-
 // ---------------------------------------------------------------------------
 // Redis and Varnish
 
 struct Redis {
-    pid: i32,
     child: Option<Child>,
     port: u16,
     sock: PathBuf,
@@ -692,45 +571,42 @@ impl Redis {
         let sock = dir.join("redis.sock");
         let mut last = String::new();
         for _ in 0..5 {
-            let port = free_port()?;
+            let port = support::free_port()?;
             let log = dir.join("redis.log");
-            let mut cmd = Process::new("redis-server");
-            cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--unixsocket")
+            let mut cmd = support::redis_server(port, dir, &log);
+            cmd.arg("--unixsocket")
                 .arg(&sock)
-                .args(["--unixsocketperm", "777", "--dir"])
-                .arg(dir)
-                .arg("--logfile")
-                .arg(&log)
+                .args(["--unixsocketperm", "777"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             record("redis-server", &cmd);
             let mut child = spawn(&mut cmd, "redis-server")?;
-            let pid = child.id() as i32;
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if let Ok(mut probe) = Probe::connect(port) {
-                    if let Ok(Resp::Simple(pong)) = probe.command(&["PING"]) {
-                        if pong == "PONG" {
-                            return Ok(Redis {
-                                pid,
-                                child: Some(child),
-                                port,
-                                sock,
-                                probe,
-                            });
-                        }
+            let mut probe = None;
+            let waited = wait_ready(
+                &mut child,
+                Duration::from_secs(10),
+                Duration::from_millis(50),
+                || {
+                    let Ok(mut p) = Probe::connect(port) else {
+                        return false;
+                    };
+                    let pong = matches!(p.command(&["PING"]), Ok(Resp::Simple(s)) if s == "PONG");
+                    if pong {
+                        probe = Some(p);
                     }
-                }
-                sleep(Duration::from_millis(50));
+                    pong
+                },
+            );
+            if let (Waited::Ready, Some(probe)) = (waited, probe) {
+                return Ok(Redis {
+                    child: Some(child),
+                    port,
+                    sock,
+                    probe,
+                });
             }
-            stop_pids(&[(pid, "redis-server".into())], Duration::from_secs(5));
-            let _ = reap(child);
+            stop_child(child, "redis-server", Duration::from_secs(5));
             last = fs::read_to_string(&log).unwrap_or_default();
         }
         Err(format!("redis-server did not start:\n{last}"))
@@ -738,11 +614,7 @@ impl Redis {
 
     fn stop(&mut self) {
         if let Some(child) = self.child.take() {
-            stop_pids(
-                &[(self.pid, "redis-server".into())],
-                Duration::from_secs(10),
-            );
-            let _ = reap(child);
+            stop_child(child, "redis-server", Duration::from_secs(10));
         }
     }
 }
@@ -778,8 +650,7 @@ impl Env {
 }
 
 struct Varnish {
-    manager: Option<Child>,
-    manager_pid: i32,
+    varnishd: Varnishd,
     cache: i32,
     port: u16,
     workdir: PathBuf,
@@ -790,67 +661,24 @@ impl Varnish {
         env.seq += 1;
         let name = format!("{:03}-{label}", env.seq);
         let vcl_path = env.tmp.join(format!("{name}.vcl"));
-        fs::write(&vcl_path, vcl).map_err(|e| e.to_string())?;
-        let _ = fs::set_permissions(&vcl_path, fs::Permissions::from_mode(0o644));
+        support::write_public(&vcl_path, vcl)?;
         let workdir = env.tmp.join(format!("{name}.varnish"));
         let log = env.tmp.join(format!("{name}.log"));
-        let mut last_err = String::new();
-        for _ in 0..3 {
-            let port = free_port()?;
-            let logfile = fs::File::create(&log).map_err(|e| e.to_string())?;
-            let errfile = logfile.try_clone().map_err(|e| e.to_string())?;
-            let mut cmd = Process::new("varnishd");
-            cmd.arg("-F")
-                .arg("-a")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("-n")
-                .arg(&workdir)
-                .arg("-f")
-                .arg(&vcl_path)
-                .stdin(Stdio::null())
-                .stdout(logfile)
-                .stderr(errfile);
-            record("varnishd", &cmd);
-            let mut manager = spawn(&mut cmd, "varnishd")?;
-            let manager_pid = manager.id() as i32;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let mut ready = false;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = manager.try_wait() {
-                    break;
-                }
-                if matches!(http_get(port, "/stats"), Ok((200, _))) {
-                    ready = true;
-                    break;
-                }
-                sleep(Duration::from_millis(100));
-            }
-            let cache = if ready {
-                find_cache_child(manager_pid)
-            } else {
-                None
-            };
-            if let Some(cache) = cache {
-                register_pid(cache, "varnishd child");
-                return Ok(Varnish {
-                    manager: Some(manager),
-                    manager_pid,
-                    cache,
-                    port,
-                    workdir,
-                });
-            }
-            stop_pids(&[(manager_pid, "varnishd".into())], Duration::from_secs(10));
-            let _ = reap(manager);
-            last_err = fs::read_to_string(&log).unwrap_or_default();
-            if !last_err.contains("Address already in use") {
-                break;
-            }
-        }
-        Err(format!(
-            "varnishd ({label}) did not start; its output:\n{}",
-            tail(&last_err, 40)
-        ))
+        let varnishd = Varnishd::start(
+            &workdir,
+            &vcl_path,
+            &log,
+            &[],
+            |port| matches!(http_get(port, "/stats"), Ok((200, _))),
+            |cmd| record("varnishd", cmd),
+        )
+        .map_err(|e| format!("{label}: {e}"))?;
+        Ok(Varnish {
+            cache: varnishd.child_pid,
+            port: varnishd.port,
+            varnishd,
+            workdir,
+        })
     }
 
     fn cpu(&self) -> f64 {
@@ -858,7 +686,7 @@ impl Varnish {
     }
 
     fn rss_kb(&self) -> Option<u64> {
-        status_kb(self.cache, "VmRSS")
+        support::proc_status(self.cache, "VmRSS")
     }
 
     fn varnishstat(&self, field: &str) -> Option<u64> {
@@ -883,22 +711,8 @@ impl Varnish {
     }
 
     fn stop(&mut self) {
-        if let Some(manager) = self.manager.take() {
-            stop_pids(
-                &[(self.manager_pid, "varnishd".into())],
-                Duration::from_secs(15),
-            );
-            let _ = reap(manager);
-            // The child goes with the manager; make sure of it.
-            if alive(self.cache) {
-                stop_pids(
-                    &[(self.cache, "varnishd child".into())],
-                    Duration::from_secs(5),
-                );
-            }
-            unregister_pid(self.cache);
-            let _ = fs::remove_dir_all(&self.workdir);
-        }
+        self.varnishd.stop();
+        let _ = fs::remove_dir_all(&self.workdir);
     }
 }
 
@@ -906,11 +720,6 @@ impl Drop for Varnish {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A number after `"key": ` in the stats JSON, the first after `after`.
@@ -1105,12 +914,14 @@ fn s1_url(cmd: &str, n: u32) -> String {
     }
 }
 
-/// Seed 001's VCL with every cell in it, selected by URL.
-fn s1_vcl(import: &str, location: &str) -> String {
-    let mut v = format!(
+/// The VCL both workloads share, up to the end of the `/stats` branch of
+/// `vcl_synth`: `imports`, a dummy backend, `db` in `vcl_init`, every
+/// request a synth.
+fn vcl_head(imports: &str, db: &str) -> String {
+    format!(
         "vcl 4.0;
 
-{import}
+{imports}
 
 backend default {{
     .host = \"127.0.0.1\";
@@ -1118,7 +929,7 @@ backend default {{
 }}
 
 sub vcl_init {{
-{}}}
+{db}}}
 
 sub vcl_recv {{
     return (synth(200, \"OK\"));
@@ -1127,10 +938,17 @@ sub vcl_recv {{
 sub vcl_synth {{
     if (req.url == \"/stats\") {{
         synthetic(db.stats());
-    }} elsif (req.url == \"/s1/0\") {{
+    }}"
+    )
+}
+
+/// Seed 001's VCL with every cell in it, selected by URL.
+fn s1_vcl(import: &str, location: &str) -> String {
+    let mut v = vcl_head(import, &db_new(location, 0, false, 1));
+    v.push_str(
+        " elsif (req.url == \"/s1/0\") {
         synthetic(\"\");
 ",
-        db_new(location, 0, false, 1)
     );
     for cmd in S1_CMDS {
         for n in S1_NS.into_iter().filter(|n| *n > 0) {
@@ -1197,33 +1015,14 @@ fn s2_vcl(import: &str, db: &str, commands: bool) -> String {
         "        # No Redis command: the baseline.\n".to_owned()
     };
     format!(
-        "vcl 4.0;
-
-import std;
-{import}
-
-backend default {{
-    .host = \"127.0.0.1\";
-    .port = \"80\";
-}}
-
-sub vcl_init {{
-{db}}}
-
-sub vcl_recv {{
-    return (synth(200, \"OK\"));
-}}
-
-sub vcl_synth {{
-    if (req.url == \"/stats\") {{
-        synthetic(db.stats());
-    }} else {{
+        "{} else {{
 {body}        synthetic(\"\");
     }}
 
     return (deliver);
 }}
-"
+",
+        vcl_head(&format!("import std;\n{import}"), db)
     )
 }
 
@@ -2614,11 +2413,10 @@ fn s3_section(r: &mut String, rows: &[(RunCfg, [Run; 2])], o: &Opts) {
 
 // ---------------------------------------------------------------------------
 
+/// `$TMPDIR/vmod-redis-system.<pid>` (0755), removed by `cleanup_all`.
 fn make_tmp() -> Res<PathBuf> {
-    let base = std::env::temp_dir().join(format!("vmod-redis-bench.{}", std::process::id()));
-    fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-    registry().dirs.push(base.clone());
-    fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let base = support::base_dir()?;
+    support::register_dir(&base);
     Ok(base)
 }
 
@@ -2637,20 +2435,15 @@ fn run(o: Opts) -> Res<()> {
         None => build_ours()?,
     };
     let ours_dir = tmp.join("ours");
-    fs::create_dir_all(&ours_dir).map_err(|e| e.to_string())?;
-    fs::set_permissions(&ours_dir, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
-    let ours_so = ours_dir.join("libvmod_redis.so");
-    fs::copy(&built, &ours_so).map_err(|e| format!("copy {}: {e}", built.display()))?;
-    fs::set_permissions(&ours_so, fs::Permissions::from_mode(0o644)).map_err(|e| e.to_string())?;
+    make_dir(&ours_dir)?;
+    let ours_so = support::install_so(&built, &ours_dir)?;
     let mut env = Env {
         tmp: tmp.clone(),
         ours_so,
         seq: 0,
     };
     let redis_dir = tmp.join("redis");
-    fs::create_dir_all(&redis_dir).map_err(|e| e.to_string())?;
-    fs::set_permissions(&redis_dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
+    make_dir(&redis_dir)?;
     let mut redis = Redis::start(&redis_dir)?;
     eprintln!(
         "system: redis-server on 127.0.0.1:{} and {}; temporary files in {}",

@@ -69,23 +69,23 @@
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 
+mod support;
+
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-type Res<T> = Result<T, String>;
-
-const SO_NAME: &str = "libvmod_redis.so";
+use support::{
+    cleanup_all, find_cache_child, make_dir, proc_status, redis_cmd, register_pid, signal,
+    stop_child, tail_file, unregister_pid, wait_ready, write_public, Res, Varnishd, Waited,
+};
 /// Worker threads of the varnishd child: one pool, fixed size, so that the
 /// thread count is a clean leak detector and 200 clients never queue.
 const WORKER_THREADS: u32 = 300;
@@ -139,7 +139,7 @@ fn main() {
     }
     let conclusion = libtest_mimic::run(&args, trials);
     cleanup_all();
-    if let Some(Ok(base)) = BASE_DIR.get() {
+    if let Some(base) = support::created_base_dir() {
         if keep() {
             eprintln!("faults: kept {}", base.display());
         } else {
@@ -161,62 +161,8 @@ fn keep() -> bool {
 }
 
 // ---------------------------------------------------------------------------
-// Every process we start, stopped by PID on every way out.
-
-static PIDS: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
-
-fn pids() -> std::sync::MutexGuard<'static, Vec<(i32, String)>> {
-    PIDS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn register_pid(pid: i32, name: &str) {
-    pids().push((pid, name.to_owned()));
-}
-
-fn unregister_pid(pid: i32) {
-    pids().retain(|(p, _)| *p != pid);
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
-}
-
-fn signal(pid: i32, sig: i32) {
-    if pid > 0 {
-        // SAFETY: kill(2) on a PID this process started; no memory involved.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-/// SIGCONT (a frozen Redis ignores SIGTERM) and SIGTERM to each PID, up to
-/// `grace` for them to go, then SIGKILL.
-fn stop_pids(list: &[(i32, String)], grace: Duration) {
-    for (pid, _) in list.iter().rev() {
-        signal(*pid, libc::SIGCONT);
-        signal(*pid, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && list.iter().any(|(pid, _)| alive(*pid)) {
-        thread::sleep(Duration::from_millis(20));
-    }
-    for (pid, name) in list {
-        if alive(*pid) {
-            eprintln!("faults: {name} (pid {pid}) ignored SIGTERM: SIGKILL");
-            signal(*pid, libc::SIGKILL);
-        }
-    }
-}
-
-fn cleanup_all() {
-    let list = std::mem::take(&mut *pids());
-    stop_pids(&list, Duration::from_secs(10));
-}
+// Every process we start is registered in `support` and stopped by PID on
+// every way out.
 
 /// Runs a command to its end, at most `bound` (then SIGKILL), and returns
 /// (success, stdout + stderr).
@@ -268,204 +214,7 @@ fn run_bounded(cmd: &mut Command, bound: Duration) -> Res<(bool, String)> {
 }
 
 // ---------------------------------------------------------------------------
-// The temporary directory and the .so (as tests/vtc.rs does it)
-
-static BASE_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static VMOD_SO: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static TRIAL_SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// `$TMPDIR/vmod-redis-faults.<pid>`, mode 0755 (varnishd drops privileges).
-fn base_dir() -> Res<PathBuf> {
-    BASE_DIR
-        .get_or_init(|| {
-            let dir =
-                std::env::temp_dir().join(format!("vmod-redis-faults.{}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            make_dir(&dir)?;
-            Ok(dir)
-        })
-        .clone()
-}
-
-fn make_dir(dir: &Path) -> Res<()> {
-    fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", dir.display()))
-}
-
-fn write_public(path: &Path, text: &str) -> Res<()> {
-    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-/// A fresh 0755 directory for one trial.
-fn trial_dir(name: &str) -> Res<PathBuf> {
-    let dir = base_dir()?.join(format!(
-        "{}-{name}",
-        TRIAL_SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    make_dir(&dir)?;
-    Ok(dir)
-}
-
-/// The installed (copied, 0644) .so, built first when needed.
-fn vmod_so() -> Res<PathBuf> {
-    VMOD_SO
-        .get_or_init(|| {
-            let src = match std::env::var_os("VMOD_REDIS_SO").filter(|v| !v.is_empty()) {
-                Some(p) => PathBuf::from(p),
-                None => build_so()?,
-            };
-            if !src.is_file() {
-                return Err(format!("{}: no such file", src.display()));
-            }
-            let dst = base_dir()?.join(SO_NAME);
-            fs::copy(&src, &dst)
-                .map_err(|e| format!("copy {} to {}: {e}", src.display(), dst.display()))?;
-            fs::set_permissions(&dst, fs::Permissions::from_mode(0o644))
-                .map_err(|e| format!("chmod {}: {e}", dst.display()))?;
-            Ok(dst)
-        })
-        .clone()
-}
-
-/// `cargo build --lib` for the profile (and target) of this test binary,
-/// into its target directory, or `<target>/faults-harness` when that one is
-/// locked.
-fn build_so() -> Res<PathBuf> {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut args: Vec<OsString> = vec!["build".into(), "--lib".into()];
-    args.push("--message-format=json-render-diagnostics".into());
-    let mut target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir.join("target"));
-    // <target-dir>[/<triple>]/<profile>/deps/faults-HASH
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    if let Some(profile_dir) = exe
-        .parent()
-        .filter(|d| d.file_name().is_some_and(|n| n == "deps"))
-        .and_then(Path::parent)
-    {
-        let profile = profile_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match profile.as_str() {
-            "debug" => {}
-            "release" => args.push("--release".into()),
-            other => {
-                args.push("--profile".into());
-                args.push(other.into());
-            }
-        }
-        if let Some(above) = profile_dir.parent() {
-            if above.join("CACHEDIR.TAG").is_file() {
-                target_dir = above.to_path_buf();
-            } else if let Some(top) = above.parent().filter(|t| t.join("CACHEDIR.TAG").is_file()) {
-                args.push("--target".into());
-                args.push(above.file_name().unwrap_or_default().into());
-                target_dir = top.to_path_buf();
-            }
-        }
-    }
-    match cargo_build(manifest_dir, &args, &target_dir)? {
-        Some(so) => Ok(so),
-        None => {
-            let alt = target_dir.join("faults-harness");
-            eprintln!(
-                "faults: build directory locked, building into {}",
-                alt.display()
-            );
-            cargo_build(manifest_dir, &args, &alt)?
-                .ok_or_else(|| format!("{} is locked too", alt.display()))
-        }
-    }
-}
-
-/// Builds; `None` when cargo waits for the build directory's lock.
-fn cargo_build(manifest_dir: &Path, args: &[OsString], target_dir: &Path) -> Res<Option<PathBuf>> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("faults: building {SO_NAME} into {}", target_dir.display());
-    let mut child = Command::new(&cargo)
-        .args(args)
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(manifest_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run cargo: {e}"))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let out_reader = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stdout).read_to_string(&mut s);
-        s
-    });
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut err_text = String::new();
-    let mut locked = false;
-    for line in BufReader::new(stderr).lines() {
-        let Ok(line) = line else { break };
-        eprintln!("{line}");
-        if line.contains("Blocking waiting for file lock") && !line.contains("package cache") {
-            locked = true;
-            let _ = child.kill();
-        }
-        err_text.push_str(&line);
-        err_text.push('\n');
-    }
-    let status = child.wait().map_err(|e| format!("wait for cargo: {e}"))?;
-    let json = out_reader.join().unwrap_or_default();
-    if locked {
-        return Ok(None);
-    }
-    if !status.success() {
-        return Err(format!("cargo build --lib failed ({status}):\n{err_text}"));
-    }
-    json.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
-        .find_map(|l| {
-            let files = &l[l.find("\"filenames\":[")? + 13..];
-            let files = &files[..files.find(']')?];
-            files
-                .split(',')
-                .map(|f| f.trim().trim_matches('"'))
-                .find(|f| f.ends_with(&format!("/{SO_NAME}")))
-                .map(PathBuf::from)
-        })
-        .map(Some)
-        .ok_or_else(|| format!("cargo build did not report {SO_NAME}:\n{err_text}"))
-}
-
-fn free_port() -> Res<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("local_addr: {e}"))
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-// ---------------------------------------------------------------------------
 // /proc readings of the varnishd child
-
-fn proc_status(pid: i32, key: &str) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| {
-        l.strip_prefix(key)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-    })
-}
 
 /// Socket inodes of the TCP connections whose remote port is `port`.
 fn tcp_inodes_to(pid: i32, port: u16) -> Vec<u64> {
@@ -567,38 +316,8 @@ impl std::fmt::Display for Snapshot {
 // ---------------------------------------------------------------------------
 // Redis
 
-/// Sends one command and returns the reply's first line, or a bulk string.
-fn redis_cmd(port: u16, args: &[&str]) -> io::Result<String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut buf = format!("*{}\r\n", args.len());
-    for a in args {
-        buf.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    stream.write_all(buf.as_bytes())?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    let line = line.trim_end().to_string();
-    if let Some(len) = line.strip_prefix('$') {
-        let len: i64 = len.parse().unwrap_or(-1);
-        if len < 0 {
-            return Ok(String::new());
-        }
-        let mut data = vec![0; len as usize + 2];
-        reader.read_exact(&mut data)?;
-        data.truncate(len as usize);
-        return Ok(String::from_utf8_lossy(&data).into_owned());
-    }
-    Ok(line)
-}
-
 fn redis_info(port: u16, section: &str, field: &str) -> Option<u64> {
-    let info = redis_cmd(port, &["INFO", section]).ok()?;
+    let info = redis_cmd(port, None, &["INFO", section]).ok()?;
     info.lines().find_map(|l| {
         l.strip_prefix(field)
             .and_then(|r| r.strip_prefix(':'))
@@ -620,7 +339,7 @@ impl Redis {
         for _ in 0..5 {
             let mut redis = Redis {
                 dir: dir.to_path_buf(),
-                port: free_port()?,
+                port: support::free_port()?,
                 child: None,
                 pid: 0,
             };
@@ -640,48 +359,37 @@ impl Redis {
     fn spawn(&mut self) -> Res<()> {
         let data = self.dir.join("redis.data");
         make_dir(&data)?;
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--enable-debug-command", "yes"])
-            .arg("--dir")
-            .arg(&data)
-            .arg("--logfile")
-            .arg(self.log())
+        let mut cmd = support::redis_server(self.port, &data, &self.log());
+        cmd.args(["--enable-debug-command", "yes"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))?;
+        let mut child = support::spawn(&mut cmd, "redis-server")?;
         self.pid = child.id() as i32;
-        register_pid(self.pid, "redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                unregister_pid(self.pid);
-                return Err(format!(
-                    "redis-server on port {} exited ({status}):\n{}",
-                    self.port,
-                    tail(&self.log(), 20)
-                ));
-            }
-            if redis_cmd(self.port, &["PING"]).is_ok_and(|r| r == "+PONG") {
+        let port = self.port;
+        let waited = wait_ready(
+            &mut child,
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+        );
+        let what = match waited {
+            Waited::Ready => {
                 self.child = Some(child);
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            Waited::Exited(status) => format!("exited ({status})"),
+            Waited::TimedOut => {
                 let _ = child.kill();
                 let _ = child.wait();
-                unregister_pid(self.pid);
-                return Err(format!(
-                    "redis-server on port {} not up after 10 s:\n{}",
-                    self.port,
-                    tail(&self.log(), 20)
-                ));
+                "not up after 10 s".to_string()
             }
-            thread::sleep(Duration::from_millis(20));
-        }
+        };
+        unregister_pid(self.pid);
+        Err(format!(
+            "redis-server on port {port} {what}:\n{}",
+            tail_file(&self.log(), 20)
+        ))
     }
 
     fn kill9(&mut self) {
@@ -701,10 +409,8 @@ impl Redis {
     }
 
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            stop_pids(&[(self.pid, "redis-server".into())], Duration::from_secs(5));
-            let _ = child.wait();
-            unregister_pid(self.pid);
+        if let Some(child) = self.child.take() {
+            stop_child(child, "redis-server", Duration::from_secs(5));
         }
     }
 }
@@ -719,40 +425,11 @@ impl Drop for Redis {
 // Varnish
 
 struct Varnish {
-    manager: Option<Child>,
-    manager_pid: i32,
-    /// The child (cache process) found at start.
-    child_pid: i32,
+    /// The manager and the child (cache process) found at start.
+    varnishd: Varnishd,
     port: u16,
     workdir: PathBuf,
     log: PathBuf,
-}
-
-/// The varnishd child: the `cache-main` process whose parent is `manager`.
-fn find_cache_child(manager: i32) -> Option<i32> {
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let parent = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if parent == Some(manager) {
-            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "cache-main" {
-                return Some(pid);
-            }
-        }
-    }
-    None
 }
 
 impl Varnish {
@@ -761,84 +438,46 @@ impl Varnish {
         write_public(&vcl_path, vcl)?;
         let workdir = dir.join("varnish");
         let log = dir.join("varnishd.log");
-        let mut last = String::new();
-        for _ in 0..3 {
-            let port = free_port()?;
-            let logfile = fs::File::create(&log).map_err(|e| e.to_string())?;
-            let errfile = logfile.try_clone().map_err(|e| e.to_string())?;
-            let mut cmd = Command::new("varnishd");
-            cmd.arg("-F")
-                .arg("-a")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("-n")
-                .arg(&workdir)
-                .arg("-f")
-                .arg(&vcl_path)
-                .args(["-s", "malloc,32m"])
-                .args(["-p", "thread_pools=1"])
-                .args(["-p", &format!("thread_pool_min={WORKER_THREADS}")])
-                .args(["-p", &format!("thread_pool_max={WORKER_THREADS}")])
-                .args(["-p", "vcl_cooldown=1"])
-                // A small log ring, fully written early on: otherwise VmRSS
-                // grows by its pages for the first 80 MB of log.
-                .args(["-p", "vsl_space=16M"])
-                // The generated C of a VCL, compiled without optimisation:
-                // a VCL churn cycle is mostly this compile (3 s at -O2 here
-                // under load). It changes nothing in the VMOD.
-                .args([
-                    "-p",
-                    "cc_command=exec gcc -O0 -pthread -fpic -shared -Wl,-x -o %o %s",
-                ])
-                .stdin(Stdio::null())
-                .stdout(logfile)
-                .stderr(errfile);
-            let mut manager = cmd
-                .spawn()
-                .map_err(|e| format!("start varnishd (installed? see scripts/deps): {e}"))?;
-            let manager_pid = manager.id() as i32;
-            register_pid(manager_pid, "varnishd");
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let mut ready = false;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = manager.try_wait() {
-                    break;
-                }
-                if http_get(port, "/ping").is_ok_and(|r| r.status == 200) {
-                    ready = true;
-                    break;
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-            let child = if ready {
-                find_cache_child(manager_pid)
-            } else {
-                None
-            };
-            let mut varnish = Varnish {
-                manager: Some(manager),
-                manager_pid,
-                child_pid: child.unwrap_or(0),
-                port,
-                workdir: workdir.clone(),
-                log: log.clone(),
-            };
-            if child.is_some() {
-                // Let the pool reach its fixed size before anyone measures.
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while Instant::now() < deadline
-                    && varnish.stat("MAIN.threads").unwrap_or(0) < u64::from(WORKER_THREADS)
-                {
-                    thread::sleep(Duration::from_millis(50));
-                }
-                return Ok(varnish);
-            }
-            varnish.stop();
-            last = tail(&log, 40);
-            if !last.contains("Address already in use") {
-                break;
-            }
+        let params = [
+            "thread_pools=1".to_string(),
+            format!("thread_pool_min={WORKER_THREADS}"),
+            format!("thread_pool_max={WORKER_THREADS}"),
+            "vcl_cooldown=1".to_string(),
+            // A small log ring, fully written early on: otherwise VmRSS
+            // grows by its pages for the first 80 MB of log.
+            "vsl_space=16M".to_string(),
+            // The generated C of a VCL, compiled without optimisation:
+            // a VCL churn cycle is mostly this compile (3 s at -O2 here
+            // under load). It changes nothing in the VMOD.
+            "cc_command=exec gcc -O0 -pthread -fpic -shared -Wl,-x -o %o %s".to_string(),
+        ];
+        let mut args = vec!["-s".to_string(), "malloc,32m".to_string()];
+        for p in params {
+            args.push("-p".to_string());
+            args.push(p);
         }
-        Err(format!("varnishd did not start; its output:\n{last}"))
+        let varnishd = Varnishd::start(
+            &workdir,
+            &vcl_path,
+            &log,
+            &args,
+            |port| http_get(port, "/ping").is_ok_and(|r| r.status == 200),
+            |_| {},
+        )?;
+        let varnish = Varnish {
+            port: varnishd.port,
+            varnishd,
+            workdir,
+            log,
+        };
+        // Let the pool reach its fixed size before anyone measures.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline
+            && varnish.stat("MAIN.threads").unwrap_or(0) < u64::from(WORKER_THREADS)
+        {
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(varnish)
     }
 
     /// `varnishstat -1` values of the given fields.
@@ -883,7 +522,7 @@ impl Varnish {
     }
 
     fn snapshot(&self, redis_port: u16) -> Snapshot {
-        Snapshot::take(self.child_pid, redis_port)
+        Snapshot::take(self.varnishd.child_pid, redis_port)
     }
 
     /// The checks that follow every scenario: no panic, no restart.
@@ -900,17 +539,17 @@ impl Varnish {
         if panic != Some(0) {
             failures.push(format!(
                 "MGT.child_panic = {panic:?}; varnishd log:\n{}",
-                tail(&self.log, 60)
+                tail_file(&self.log, 60)
             ));
         }
         if died != Some(0) {
             failures.push(format!("MGT.child_died = {died:?}"));
         }
-        let child = find_cache_child(self.manager_pid);
-        if child != Some(self.child_pid) {
+        let child = find_cache_child(self.varnishd.manager_pid);
+        if child != Some(self.varnishd.child_pid) {
             failures.push(format!(
                 "varnishd child changed: {} at start, {child:?} now",
-                self.child_pid
+                self.varnishd.child_pid
             ));
         }
         format!(
@@ -918,29 +557,6 @@ impl Varnish {
             panic.map_or("?".into(), |v| v.to_string()),
             died.map_or("?".into(), |v| v.to_string())
         )
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut manager) = self.manager.take() {
-            stop_pids(
-                &[(self.manager_pid, "varnishd".into())],
-                Duration::from_secs(15),
-            );
-            let _ = manager.wait();
-            unregister_pid(self.manager_pid);
-            if self.child_pid > 0 && alive(self.child_pid) {
-                stop_pids(
-                    &[(self.child_pid, "varnishd child".into())],
-                    Duration::from_secs(5),
-                );
-            }
-        }
-    }
-}
-
-impl Drop for Varnish {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -1536,7 +1152,6 @@ fn one_command_paths(db: &str) -> Vec<String> {
 /// `varnishlog -g raw -i VCL_Error` running for the whole trial.
 struct ErrorLog {
     child: Option<Child>,
-    pid: i32,
     path: PathBuf,
 }
 
@@ -1544,33 +1159,29 @@ impl ErrorLog {
     fn start(varnish: &Varnish, dir: &Path) -> Res<ErrorLog> {
         let path = dir.join("vcl_error.log");
         let out = fs::File::create(&path).map_err(|e| e.to_string())?;
-        let child = Command::new("varnishlog")
-            .arg("-n")
-            .arg(&varnish.workdir)
-            .args(["-g", "raw", "-i", "VCL_Error"])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("start varnishlog: {e}"))?;
-        let pid = child.id() as i32;
-        register_pid(pid, "varnishlog");
+        let child = support::spawn(
+            Command::new("varnishlog")
+                .arg("-n")
+                .arg(&varnish.workdir)
+                .args(["-g", "raw", "-i", "VCL_Error"])
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(Stdio::null()),
+            "varnishlog",
+        )?;
         // It reads from the head of the log: give it a moment to attach.
         thread::sleep(Duration::from_millis(300));
         Ok(ErrorLog {
             child: Some(child),
-            pid,
             path,
         })
     }
 
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(child) = self.child.take() {
             // Let it flush what it read last.
             thread::sleep(Duration::from_millis(300));
-            stop_pids(&[(self.pid, "varnishlog".into())], Duration::from_secs(5));
-            let _ = child.wait();
-            unregister_pid(self.pid);
+            stop_child(child, "varnishlog", Duration::from_secs(5));
         }
     }
 
@@ -1622,8 +1233,8 @@ struct Setup {
 
 impl Setup {
     fn start(name: &str, dbs: &[DbSpec]) -> Res<Setup> {
-        let so = vmod_so()?;
-        let dir = trial_dir(name)?;
+        let so = support::vmod_so()?;
+        let dir = support::trial_dir(name)?;
         let redis = Redis::start(&dir)?;
         let varnish = Varnish::start(&dir, &vcl(&so, redis.port, dbs, "boot"))?;
         // One request through every path first, so that what Varnish opens
@@ -1680,19 +1291,7 @@ impl Setup {
     /// Varnish and Redis.
     fn check_leaks(&mut self, after: &Snapshot, bound: usize) {
         let before = self.idle;
-        self.check(after.threads == before.threads, || {
-            format!(
-                "child threads {} before, {} after",
-                before.threads, after.threads
-            )
-        });
-        self.check(after.other_fds() <= before.other_fds() + 2, || {
-            format!(
-                "child fds other than Redis sockets: {} before, {} after",
-                before.other_fds(),
-                after.other_fds()
-            )
-        });
+        self.check_threads_fds(&before, after, "");
         self.check(after.redis_fds <= bound, || {
             format!(
                 "child holds {} Redis connections, bound {bound}",
@@ -1703,6 +1302,25 @@ impl Setup {
             format!(
                 "Redis sees {:?} clients, the child holds {} sockets to it",
                 after.redis_clients, after.redis_fds
+            )
+        });
+    }
+
+    /// The child's thread count the same as `before`, its fds other than
+    /// Redis sockets at most 2 more (sessions Varnish has not closed yet).
+    /// `what` goes into the messages.
+    fn check_threads_fds(&mut self, before: &Snapshot, after: &Snapshot, what: &str) {
+        self.check(after.threads == before.threads, || {
+            format!(
+                "child threads{what}: {} before, {} after",
+                before.threads, after.threads
+            )
+        });
+        self.check(after.other_fds() <= before.other_fds() + 2, || {
+            format!(
+                "child fds other than Redis sockets{what}: {} before, {} after",
+                before.other_fds(),
+                after.other_fds()
             )
         });
     }
@@ -2114,7 +1732,7 @@ fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     shared.command_timeout = 2000;
     let dbs = [private.clone(), shared.clone()];
     let mut s = Setup::start(&format!("s6-{cycles}"), &dbs)?;
-    let so = vmod_so()?;
+    let so = support::vmod_so()?;
     let dir = s
         .varnish
         .workdir
@@ -2249,19 +1867,7 @@ fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
             before.redis_fds, under_load.redis_fds
         )
     });
-    s.check(under_load.threads == before.threads, || {
-        format!(
-            "child threads grew with the churn: {} before, {} after",
-            before.threads, under_load.threads
-        )
-    });
-    s.check(under_load.other_fds() <= before.other_fds() + 2, || {
-        format!(
-            "child fds (not Redis) grew with the churn: {} before, {} after",
-            before.other_fds(),
-            under_load.other_fds()
-        )
-    });
+    s.check_threads_fds(&before, &under_load, " (grew with the churn)");
     s.check_leaks(&after, need + 4);
     s.check_lone_client("priv")?;
     s.check_lone_client("shared")?;

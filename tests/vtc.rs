@@ -77,22 +77,18 @@
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
 //! `-L` to varnishtest; their paths are printed).
 
+mod support;
+
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
+use support::{make_dir, redis_cmd, tail_file, Waited};
 
-const SO_NAME: &str = "libvmod_redis.so";
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const PING_DEADLINE: Duration = Duration::from_secs(10);
 const REPLICA_DEADLINE: Duration = Duration::from_secs(20);
@@ -124,7 +120,7 @@ fn main() {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
-    if let Some(Ok(base)) = BASE_DIR.get() {
+    if let Some(base) = support::created_base_dir() {
         if !keep() {
             let _ = fs::remove_dir_all(base);
         }
@@ -134,216 +130,6 @@ fn main() {
 
 fn keep() -> bool {
     std::env::var_os("VTC_KEEP").is_some_and(|v| !v.is_empty() && v != "0")
-}
-
-// ---------------------------------------------------------------------------
-// The shared directory and the .so
-
-static BASE_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static VMOD_SO: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-static TRIAL_SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// `$TMPDIR/vmod-redis-vtc.<pid>`, mode 0755, holding the .so copy and one
-/// directory per trial.
-fn base_dir() -> Result<PathBuf, String> {
-    BASE_DIR
-        .get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("vmod-redis-vtc.{}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            make_dir(&dir)?;
-            Ok(dir)
-        })
-        .clone()
-}
-
-fn make_dir(dir: &Path) -> Result<(), String> {
-    fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", dir.display()))
-}
-
-/// The installed (copied) .so, built first when needed. Built once per run.
-fn vmod_so() -> Result<PathBuf, String> {
-    VMOD_SO
-        .get_or_init(|| {
-            let src = match std::env::var_os("VMOD_REDIS_SO").filter(|v| !v.is_empty()) {
-                Some(p) => PathBuf::from(p),
-                None => build_so()?,
-            };
-            if !src.is_file() {
-                return Err(format!("{}: no such file", src.display()));
-            }
-            let dst = base_dir()?.join(SO_NAME);
-            fs::copy(&src, &dst)
-                .map_err(|e| format!("copy {} to {}: {e}", src.display(), dst.display()))?;
-            fs::set_permissions(&dst, fs::Permissions::from_mode(0o644))
-                .map_err(|e| format!("chmod {}: {e}", dst.display()))?;
-            Ok(dst)
-        })
-        .clone()
-}
-
-/// Where cargo put this test binary: `<target-dir>[/<triple>]/<profile-dir>/deps/vtc-HASH`.
-struct BuildLayout {
-    target_dir: PathBuf,
-    triple: Option<String>,
-    profile_dir_name: String,
-}
-
-fn build_layout() -> Option<BuildLayout> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    if deps.file_name()? != "deps" {
-        return None;
-    }
-    let profile_dir = deps.parent()?;
-    let profile_dir_name = profile_dir.file_name()?.to_str()?.to_string();
-    let above = profile_dir.parent()?;
-    // cargo marks the target directory with CACHEDIR.TAG.
-    if above.join("CACHEDIR.TAG").is_file() {
-        return Some(BuildLayout {
-            target_dir: above.to_path_buf(),
-            triple: None,
-            profile_dir_name,
-        });
-    }
-    let top = above.parent()?;
-    if top.join("CACHEDIR.TAG").is_file() {
-        return Some(BuildLayout {
-            target_dir: top.to_path_buf(),
-            triple: Some(above.file_name()?.to_str()?.to_string()),
-            profile_dir_name,
-        });
-    }
-    None
-}
-
-fn build_so() -> Result<PathBuf, String> {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let layout = build_layout();
-    let mut args: Vec<OsString> = ["build", "--lib", "--message-format=json-render-diagnostics"]
-        .iter()
-        .map(OsString::from)
-        .collect();
-    let target_dir = match &layout {
-        Some(l) => {
-            match l.profile_dir_name.as_str() {
-                "debug" => {}
-                "release" => args.push("--release".into()),
-                other => {
-                    args.push("--profile".into());
-                    args.push(other.into());
-                }
-            }
-            if let Some(t) = &l.triple {
-                args.push("--target".into());
-                args.push(t.into());
-            }
-            l.target_dir.clone()
-        }
-        None => std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| manifest_dir.join("target")),
-    };
-    match cargo_build(manifest_dir, &args, &target_dir)? {
-        BuildOutcome::Built(so) => Ok(so),
-        BuildOutcome::Locked => {
-            let alt = target_dir.join("vtc-harness");
-            eprintln!(
-                "vtc: build directory locked, building into {} instead",
-                alt.display()
-            );
-            match cargo_build(manifest_dir, &args, &alt)? {
-                BuildOutcome::Built(so) => Ok(so),
-                BuildOutcome::Locked => Err(format!("{} is locked too", alt.display())),
-            }
-        }
-    }
-}
-
-enum BuildOutcome {
-    Built(PathBuf),
-    Locked,
-}
-
-fn cargo_build(
-    manifest_dir: &Path,
-    args: &[OsString],
-    target_dir: &Path,
-) -> Result<BuildOutcome, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!(
-        "vtc: building {SO_NAME}: cargo {} --target-dir {}",
-        args.iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-        target_dir.display()
-    );
-    let mut child = Command::new(&cargo)
-        .args(args)
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(manifest_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run {}: {e}", cargo.to_string_lossy()))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let out_reader = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stdout).read_to_string(&mut s);
-        s
-    });
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = mpsc::channel::<String>();
-    let err_reader = thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut err_text = String::new();
-    let mut locked = false;
-    for line in rx {
-        eprintln!("{line}");
-        if line.contains("Blocking waiting for file lock") && !line.contains("package cache") {
-            locked = true;
-            let _ = child.kill();
-        }
-        err_text.push_str(&line);
-        err_text.push('\n');
-    }
-    let status = child.wait().map_err(|e| format!("wait for cargo: {e}"))?;
-    let _ = err_reader.join();
-    let json = out_reader.join().unwrap_or_default();
-    if locked {
-        return Ok(BuildOutcome::Locked);
-    }
-    if !status.success() {
-        return Err(format!("cargo build --lib failed ({status}):\n{err_text}"));
-    }
-    artifact_path(&json)
-        .map(BuildOutcome::Built)
-        .ok_or_else(|| format!("cargo build did not report {SO_NAME}:\n{err_text}"))
-}
-
-/// The `.so` named in cargo's `compiler-artifact` JSON messages.
-fn artifact_path(json: &str) -> Option<PathBuf> {
-    json.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
-        .find_map(|l| {
-            let files = &l[l.find("\"filenames\":[")? + 13..];
-            let files = &files[..files.find(']')?];
-            files
-                .split(',')
-                .map(|f| f.trim().trim_matches('"'))
-                .find(|f| f.ends_with(&format!("/{SO_NAME}")))
-                .map(|f| PathBuf::from(f.replace("\\\\", "\\")))
-        })
 }
 
 // ---------------------------------------------------------------------------
@@ -515,33 +301,19 @@ struct Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        // Only the ones still running: a PID is not reused before its
+        // child is reaped, which happens just below.
+        let running: Vec<(i32, String)> = self
+            .servers
+            .iter_mut()
+            .filter_map(|s| match s.child.try_wait() {
+                Ok(None) => Some((s.child.id() as i32, format!("redis {}", s.name))),
+                _ => None,
+            })
+            .collect();
+        support::stop_pids(&running, STOP_GRACE);
         for s in &mut self.servers {
-            if matches!(s.child.try_wait(), Ok(None)) {
-                // sh's builtin kill: no dependency on procps or libc.
-                let pid = s.child.id().to_string();
-                let _ = Command::new("sh")
-                    .args(["-c", "kill -TERM \"$1\"", "sh", &pid])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-        let deadline = Instant::now() + STOP_GRACE;
-        for s in &mut self.servers {
-            loop {
-                match s.child.try_wait() {
-                    Ok(None) if Instant::now() < deadline => {
-                        thread::sleep(Duration::from_millis(20))
-                    }
-                    Ok(Some(_)) => break,
-                    _ => {
-                        let _ = s.child.kill();
-                        let _ = s.child.wait();
-                        break;
-                    }
-                }
-            }
+            let _ = s.child.wait();
         }
         if keep() {
             eprintln!("vtc: kept {}", self.dir.display());
@@ -556,7 +328,7 @@ impl Fixture {
         let mut s = String::new();
         for srv in &self.servers {
             for path in [&srv.log, &srv.out] {
-                let tail = tail_lines(path, LOG_TAIL_LINES);
+                let tail = tail_file(path, LOG_TAIL_LINES) + "\n";
                 if !tail.trim().is_empty() {
                     s.push_str(&format!(
                         "\n--- redis {} (port {}, pid {}): tail of {} ---\n{tail}",
@@ -572,31 +344,17 @@ impl Fixture {
     }
 }
 
-fn tail_lines(path: &Path, n: usize) -> String {
-    let text = fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(n);
-    lines[from..].join("\n") + "\n"
-}
-
 fn run_file(file: &Path) -> Result<(), Failed> {
     let text = fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
     let directives = parse_directives(&text)?;
-    let so = vmod_so()?;
-    let base = base_dir()?;
+    let so = support::vmod_so()?;
 
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let short: String = stem.chars().take(40).collect();
-    let dir = base.join(format!(
-        "{}-{short}",
-        TRIAL_SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    make_dir(&dir)?;
+    let dir = support::trial_dir(&short)?;
     let mut fx = Fixture {
         dir: dir.clone(),
         servers: Vec::new(),
@@ -606,7 +364,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         ("vmod_so".into(), so.display().to_string()),
         (
             "vmod_dir".into(),
-            so.parent().unwrap_or(&base).display().to_string(),
+            so.parent().unwrap_or(&dir).display().to_string(),
         ),
         ("redis_cli".into(), which("redis-cli", "/usr/bin/redis-cli")),
         ("harness_tmpdir".into(), dir.display().to_string()),
@@ -739,13 +497,6 @@ fn password_of(args: &[String]) -> Option<String> {
         .cloned()
 }
 
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("local_addr: {e}"))
-}
-
 /// Starts a redis-server, waits for PING and adds it to `servers`. A server
 /// that started but did not come up is added too, so that its log is shown
 /// and it is stopped.
@@ -768,25 +519,16 @@ fn start_redis(
     make_dir(&data)?;
     let mut last_err = String::new();
     for _ in 0..PORT_ATTEMPTS {
-        let port = free_port()?;
+        let port = support::free_port()?;
         let _ = fs::remove_file(&log);
         let out_file =
             fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
         let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
-        let mut cmd = Command::new("redis-server");
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--port")
-            .arg(port.to_string())
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--repl-diskless-sync-delay", "0"])
-            .arg("--dir")
-            .arg(&data)
+        let mut cmd = support::redis_server(port, &data, &log);
+        cmd.args(["--repl-diskless-sync-delay", "0"])
             .arg("--unixsocket")
             .arg(&sock)
-            .args(["--unixsocketperm", "777"])
-            .arg("--logfile")
-            .arg(&log);
+            .args(["--unixsocketperm", "777"]);
         if let Some(mp) = replicaof {
             cmd.arg("--replicaof").arg("127.0.0.1").arg(mp.to_string());
         }
@@ -812,7 +554,8 @@ fn start_redis(
             }
             Err(e) => {
                 let exited = !matches!(srv.child.try_wait(), Ok(None));
-                let logs = tail_lines(&log, LOG_TAIL_LINES) + &tail_lines(&out, LOG_TAIL_LINES);
+                let logs =
+                    tail_file(&log, LOG_TAIL_LINES) + "\n" + &tail_file(&out, LOG_TAIL_LINES);
                 if exited && logs.contains("Address already in use") {
                     last_err = format!("redis {name}: port {port} in use");
                     continue;
@@ -826,25 +569,31 @@ fn start_redis(
 }
 
 fn wait_ping(srv: &mut Server) -> Result<(), String> {
-    let deadline = Instant::now() + PING_DEADLINE;
-    let mut last;
-    loop {
-        if let Ok(Some(status)) = srv.child.try_wait() {
-            return Err(format!("redis-server {}", describe(status)));
-        }
-        match redis_cmd(srv.port, None, &["PING"]) {
-            Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => return Ok(()),
-            Ok(r) => last = format!("PING: {r:?}"),
-            Err(e) => last = format!("PING: {e}"),
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "not up after {} s on port {} ({last})",
-                PING_DEADLINE.as_secs(),
-                srv.port
-            ));
-        }
-        thread::sleep(Duration::from_millis(50));
+    let mut last = String::new();
+    let port = srv.port;
+    let waited = support::wait_ready(
+        &mut srv.child,
+        PING_DEADLINE,
+        Duration::from_millis(50),
+        || match redis_cmd(port, None, &["PING"]) {
+            Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
+            Ok(r) => {
+                last = format!("PING: {r:?}");
+                false
+            }
+            Err(e) => {
+                last = format!("PING: {e}");
+                false
+            }
+        },
+    );
+    match waited {
+        Waited::Ready => Ok(()),
+        Waited::Exited(status) => Err(format!("redis-server {}", describe(status))),
+        Waited::TimedOut => Err(format!(
+            "not up after {} s on port {port} ({last})",
+            PING_DEADLINE.as_secs()
+        )),
     }
 }
 
@@ -865,58 +614,4 @@ fn wait_replica_up(port: u16, password: Option<String>) -> Result<(), String> {
         }
         thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Minimal RESP client: sends one command (after `AUTH` when a password is
-/// given) and returns the reply's line, or a bulk string's content.
-fn redis_cmd(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut buf = Vec::new();
-    if let Some(pw) = password {
-        encode(&mut buf, &["AUTH", pw]);
-    }
-    encode(&mut buf, args);
-    stream.write_all(&buf)?;
-    let mut reader = BufReader::new(stream);
-    if password.is_some() {
-        let auth = read_reply(&mut reader)?;
-        if auth.starts_with('-') {
-            return Ok(auth);
-        }
-    }
-    read_reply(&mut reader)
-}
-
-fn encode(buf: &mut Vec<u8>, args: &[&str]) {
-    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-}
-
-fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed",
-        ));
-    }
-    let line = line.trim_end_matches(['\r', '\n']);
-    if let Some(len) = line.strip_prefix('$') {
-        let len: i64 = len
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad bulk length"))?;
-        if len < 0 {
-            return Ok(String::new());
-        }
-        let mut data = vec![0; len as usize + 2];
-        r.read_exact(&mut data)?;
-        data.truncate(len as usize);
-        return Ok(String::from_utf8_lossy(&data).into_owned());
-    }
-    Ok(line.to_string())
 }

@@ -1,0 +1,637 @@
+//! Process plumbing shared by `tests/vtc.rs`, `tests/faults.rs` and
+//! `benches/system.rs` (the bench includes this file with
+//! `#[path = "../tests/support/mod.rs"] mod support;`).
+//!
+//! * the temporary directory `$TMPDIR/vmod-redis-<target>.<pid>` (mode 0755,
+//!   varnishd drops privileges), one directory per trial, the .so built with
+//!   `cargo build --lib` for this binary's profile and copied (0644) into it;
+//! * every process started, registered by PID and stopped by PID (SIGTERM,
+//!   SIGKILL after a grace period) on every way out;
+//! * free loopback ports, waiting for a process to come up, redis-server's
+//!   command line, a minimal RESP client, varnishd with its cache child.
+//!
+//! Messages are prefixed with the target's name (`vtc`, `faults`, `system`).
+//! Each target uses a subset of this module.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub type Res<T> = Result<T, String>;
+
+/// The target this module is compiled into: `vtc`, `faults` or `system`.
+pub const PROG: &str = env!("CARGO_CRATE_NAME");
+pub const SO_NAME: &str = "libvmod_redis.so";
+
+// ---------------------------------------------------------------------------
+// Every process we start (and directories to remove), stopped by PID.
+
+struct Registry {
+    pids: Vec<(i32, String)>,
+    dirs: Vec<PathBuf>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    pids: Vec::new(),
+    dirs: Vec::new(),
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn register_pid(pid: i32, name: &str) {
+    registry().pids.push((pid, name.to_owned()));
+}
+
+pub fn unregister_pid(pid: i32) {
+    registry().pids.retain(|(p, _)| *p != pid);
+}
+
+/// A directory `cleanup_all` removes.
+pub fn register_dir(dir: &Path) {
+    registry().dirs.push(dir.to_path_buf());
+}
+
+/// Alive and not a zombie.
+pub fn alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    if pid > 0 {
+        // SAFETY: kill(2) on a PID this process started; no memory involved.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// SIGCONT (a frozen process ignores SIGTERM) and SIGTERM to each PID, up
+/// to `grace` for them to go, then SIGKILL.
+pub fn stop_pids(list: &[(i32, String)], grace: Duration) {
+    for (pid, _) in list.iter().rev() {
+        signal(*pid, libc::SIGCONT);
+        signal(*pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && list.iter().any(|(pid, _)| alive(*pid)) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    for (pid, name) in list {
+        if alive(*pid) {
+            eprintln!("{PROG}: {name} (pid {pid}) ignored SIGTERM: SIGKILL");
+            signal(*pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Stops every registered process (10 s grace) and removes the registered
+/// directories.
+pub fn cleanup_all() {
+    let (pids, dirs) = {
+        let mut r = registry();
+        (std::mem::take(&mut r.pids), std::mem::take(&mut r.dirs))
+    };
+    stop_pids(&pids, Duration::from_secs(10));
+    for dir in dirs {
+        let _ = fs::remove_dir_all(dir);
+    }
+}
+
+/// Spawns and registers the PID.
+pub fn spawn(cmd: &mut Command, name: &str) -> Res<Child> {
+    let child = cmd.spawn().map_err(|e| {
+        format!(
+            "start {name} ({:?}; installed? see scripts/deps): {e}",
+            cmd.get_program()
+        )
+    })?;
+    register_pid(child.id() as i32, name);
+    Ok(child)
+}
+
+/// Stops a registered child by PID (SIGTERM, SIGKILL after `grace`), reaps
+/// it and forgets its PID.
+pub fn stop_child(mut child: Child, name: &str, grace: Duration) {
+    let pid = child.id() as i32;
+    stop_pids(&[(pid, name.to_owned())], grace);
+    let _ = child.wait();
+    unregister_pid(pid);
+}
+
+pub enum Waited {
+    Ready,
+    Exited(ExitStatus),
+    TimedOut,
+}
+
+/// Polls `ready` every `poll` until it says yes, `child` exits or `bound`
+/// has passed.
+pub fn wait_ready(
+    child: &mut Child,
+    bound: Duration,
+    poll: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Waited {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Waited::Exited(status);
+        }
+        if ready() {
+            return Waited::Ready;
+        }
+        if Instant::now() >= deadline {
+            return Waited::TimedOut;
+        }
+        thread::sleep(poll);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Files and directories
+
+/// `create_dir_all`, then mode 0755 (varnishd drops privileges).
+pub fn make_dir(dir: &Path) -> Res<()> {
+    fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", dir.display()))
+}
+
+/// Writes a file readable by all (0644).
+pub fn write_public(path: &Path, text: &str) -> Res<()> {
+    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// Copies the .so `src` into `dir` as `libvmod_redis.so`, mode 0644.
+pub fn install_so(src: &Path, dir: &Path) -> Res<PathBuf> {
+    if !src.is_file() {
+        return Err(format!("{}: no such file", src.display()));
+    }
+    let dst = dir.join(SO_NAME);
+    fs::copy(src, &dst).map_err(|e| format!("copy {} to {}: {e}", src.display(), dst.display()))?;
+    fs::set_permissions(&dst, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", dst.display()))?;
+    Ok(dst)
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(n)..].join("\n")
+}
+
+/// The last `n` lines of a file (empty when unreadable).
+pub fn tail_file(path: &Path, n: usize) -> String {
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    tail(&text, n)
+}
+
+static BASE_DIR: OnceLock<Res<PathBuf>> = OnceLock::new();
+static VMOD_SO: OnceLock<Res<PathBuf>> = OnceLock::new();
+static TRIAL_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// `$TMPDIR/vmod-redis-<target>.<pid>`, mode 0755, holding the .so copy and
+/// one directory per trial. Created on first use.
+pub fn base_dir() -> Res<PathBuf> {
+    BASE_DIR
+        .get_or_init(|| {
+            let dir =
+                std::env::temp_dir().join(format!("vmod-redis-{PROG}.{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            make_dir(&dir)?;
+            Ok(dir)
+        })
+        .clone()
+}
+
+/// The base directory if it was created (for removing it at the end).
+pub fn created_base_dir() -> Option<PathBuf> {
+    BASE_DIR.get().and_then(|r| r.clone().ok())
+}
+
+/// A fresh 0755 directory for one trial: `<base>/<seq>-<name>`.
+pub fn trial_dir(name: &str) -> Res<PathBuf> {
+    let dir = base_dir()?.join(format!(
+        "{}-{name}",
+        TRIAL_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    make_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The installed (copied, 0644) .so: `$VMOD_REDIS_SO` when set, else built
+/// first with `cargo build --lib`. Once per run.
+pub fn vmod_so() -> Res<PathBuf> {
+    VMOD_SO
+        .get_or_init(|| {
+            let src = match std::env::var_os("VMOD_REDIS_SO").filter(|v| !v.is_empty()) {
+                Some(p) => PathBuf::from(p),
+                None => build_so()?,
+            };
+            install_so(&src, &base_dir()?)
+        })
+        .clone()
+}
+
+// ---------------------------------------------------------------------------
+// Building the .so
+
+/// Where cargo put this binary: `<target-dir>[/<triple>]/<profile-dir>/deps/NAME-HASH`.
+struct BuildLayout {
+    target_dir: PathBuf,
+    triple: Option<String>,
+    profile_dir_name: String,
+}
+
+fn build_layout() -> Option<BuildLayout> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    let profile_dir = deps.parent()?;
+    let profile_dir_name = profile_dir.file_name()?.to_str()?.to_string();
+    let above = profile_dir.parent()?;
+    // cargo marks the target directory with CACHEDIR.TAG.
+    if above.join("CACHEDIR.TAG").is_file() {
+        return Some(BuildLayout {
+            target_dir: above.to_path_buf(),
+            triple: None,
+            profile_dir_name,
+        });
+    }
+    let top = above.parent()?;
+    if top.join("CACHEDIR.TAG").is_file() {
+        return Some(BuildLayout {
+            target_dir: top.to_path_buf(),
+            triple: Some(above.file_name()?.to_str()?.to_string()),
+            profile_dir_name,
+        });
+    }
+    None
+}
+
+/// `cargo build --lib` for the profile (and target) of this binary, into
+/// its target directory, or `<target>/<prog>-harness` when that one is
+/// locked.
+pub fn build_so() -> Res<PathBuf> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let layout = build_layout();
+    let mut args: Vec<OsString> = ["build", "--lib", "--message-format=json-render-diagnostics"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let target_dir = match &layout {
+        Some(l) => {
+            match l.profile_dir_name.as_str() {
+                "debug" => {}
+                "release" => args.push("--release".into()),
+                other => {
+                    args.push("--profile".into());
+                    args.push(other.into());
+                }
+            }
+            if let Some(t) = &l.triple {
+                args.push("--target".into());
+                args.push(t.into());
+            }
+            l.target_dir.clone()
+        }
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| manifest_dir.join("target")),
+    };
+    match cargo_build(manifest_dir, &args, &target_dir)? {
+        Some(so) => Ok(so),
+        None => {
+            let alt = target_dir.join(format!("{PROG}-harness"));
+            eprintln!(
+                "{PROG}: build directory locked, building into {} instead",
+                alt.display()
+            );
+            cargo_build(manifest_dir, &args, &alt)?
+                .ok_or_else(|| format!("{} is locked too", alt.display()))
+        }
+    }
+}
+
+/// Builds; `None` when cargo waits for the build directory's lock.
+fn cargo_build(manifest_dir: &Path, args: &[OsString], target_dir: &Path) -> Res<Option<PathBuf>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!(
+        "{PROG}: building {SO_NAME}: cargo {} --target-dir {}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        target_dir.display()
+    );
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(manifest_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("run {}: {e}", cargo.to_string_lossy()))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let out_reader = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stdout).read_to_string(&mut s);
+        s
+    });
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<String>();
+    let err_reader = thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err_text = String::new();
+    let mut locked = false;
+    for line in rx {
+        eprintln!("{line}");
+        if line.contains("Blocking waiting for file lock") && !line.contains("package cache") {
+            locked = true;
+            let _ = child.kill();
+        }
+        err_text.push_str(&line);
+        err_text.push('\n');
+    }
+    let status = child.wait().map_err(|e| format!("wait for cargo: {e}"))?;
+    let _ = err_reader.join();
+    let json = out_reader.join().unwrap_or_default();
+    if locked {
+        return Ok(None);
+    }
+    if !status.success() {
+        return Err(format!("cargo build --lib failed ({status}):\n{err_text}"));
+    }
+    artifact_path(&json)
+        .map(Some)
+        .ok_or_else(|| format!("cargo build did not report {SO_NAME}:\n{err_text}"))
+}
+
+/// The `.so` named in cargo's `compiler-artifact` JSON messages.
+pub fn artifact_path(json: &str) -> Option<PathBuf> {
+    json.lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .find_map(|l| {
+            let files = &l[l.find("\"filenames\":[")? + 13..];
+            let files = &files[..files.find(']')?];
+            files
+                .split(',')
+                .map(|f| f.trim().trim_matches('"'))
+                .find(|f| f.ends_with(&format!("/{SO_NAME}")))
+                .map(|f| PathBuf::from(f.replace("\\\\", "\\")))
+        })
+}
+
+// ---------------------------------------------------------------------------
+// Loopback: ports, redis-server, RESP
+
+pub fn free_port() -> Res<u16> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("no free loopback port: bind: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("local_addr: {e}"))
+}
+
+/// `redis-server --bind 127.0.0.1 --port PORT --save "" --appendonly no
+/// --daemonize no --dir DIR --logfile LOG`; callers add their options and
+/// stdio.
+pub fn redis_server(port: u16, dir: &Path, log: &Path) -> Command {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(log);
+    cmd
+}
+
+/// Minimal RESP client on 127.0.0.1: sends one command (after `AUTH` when a
+/// password is given) and returns the reply's line, or a bulk string's
+/// content. 500 ms to connect, 2 s per read and write.
+pub fn redis_cmd(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = Vec::new();
+    if let Some(pw) = password {
+        encode(&mut buf, &["AUTH", pw]);
+    }
+    encode(&mut buf, args);
+    stream.write_all(&buf)?;
+    let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        let auth = read_reply(&mut reader)?;
+        if auth.starts_with('-') {
+            return Ok(auth);
+        }
+    }
+    read_reply(&mut reader)
+}
+
+fn encode(buf: &mut Vec<u8>, args: &[&str]) {
+    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+}
+
+fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    if let Some(len) = line.strip_prefix('$') {
+        let len: i64 = len
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad bulk length"))?;
+        if len < 0 {
+            return Ok(String::new());
+        }
+        let mut data = vec![0; len as usize + 2];
+        r.read_exact(&mut data)?;
+        data.truncate(len as usize);
+        return Ok(String::from_utf8_lossy(&data).into_owned());
+    }
+    Ok(line.to_string())
+}
+
+/// A number field of `/proc/<pid>/status` (`Threads`, `VmRSS` in kB...).
+pub fn proc_status(pid: i32, key: &str) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// varnishd
+
+/// The varnishd child: the `cache-main` process whose parent is `manager`
+/// (else any child of it).
+pub fn find_cache_child(manager: i32) -> Option<i32> {
+    let mut found = None;
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if parent != Some(manager) {
+            continue;
+        }
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "cache-main" {
+            return Some(pid);
+        }
+        found = Some(pid);
+    }
+    found
+}
+
+/// A running `varnishd -F`: the manager and its cache child, both
+/// registered; stopped by PID on `stop` and on drop.
+pub struct Varnishd {
+    manager: Option<Child>,
+    pub manager_pid: i32,
+    /// The child (cache process) found at start.
+    pub child_pid: i32,
+    pub port: u16,
+}
+
+impl Varnishd {
+    /// `varnishd -F -a 127.0.0.1:<free port> -n WORKDIR -f VCL ARGS...`, its
+    /// stdout and stderr to `log`; up when `ready(port)` (polled every 50 ms,
+    /// 60 s at most) and its cache child is found. Another port is tried
+    /// (3 in all) when the log says "Address already in use". `seen` gets
+    /// each command line before it runs.
+    pub fn start(
+        workdir: &Path,
+        vcl: &Path,
+        log: &Path,
+        args: &[String],
+        ready: impl Fn(u16) -> bool,
+        seen: impl Fn(&Command),
+    ) -> Res<Varnishd> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let logfile = fs::File::create(log).map_err(|e| e.to_string())?;
+            let errfile = logfile.try_clone().map_err(|e| e.to_string())?;
+            let mut cmd = Command::new("varnishd");
+            cmd.arg("-F")
+                .arg("-a")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("-n")
+                .arg(workdir)
+                .arg("-f")
+                .arg(vcl)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(logfile)
+                .stderr(errfile);
+            seen(&cmd);
+            let mut manager = spawn(&mut cmd, "varnishd")?;
+            let manager_pid = manager.id() as i32;
+            let up = matches!(
+                wait_ready(
+                    &mut manager,
+                    Duration::from_secs(60),
+                    Duration::from_millis(50),
+                    || ready(port),
+                ),
+                Waited::Ready
+            );
+            let child = if up {
+                find_cache_child(manager_pid)
+            } else {
+                None
+            };
+            if let Some(pid) = child {
+                register_pid(pid, "varnishd child");
+            }
+            let mut varnishd = Varnishd {
+                manager: Some(manager),
+                manager_pid,
+                child_pid: child.unwrap_or(0),
+                port,
+            };
+            if child.is_some() {
+                return Ok(varnishd);
+            }
+            varnishd.stop();
+            last = tail_file(log, 40);
+            if !last.contains("Address already in use") {
+                break;
+            }
+        }
+        Err(format!("varnishd did not start; its output:\n{last}"))
+    }
+
+    /// SIGTERM to the manager (15 s, then SIGKILL), then to the child if
+    /// it outlived it (5 s).
+    pub fn stop(&mut self) {
+        if let Some(manager) = self.manager.take() {
+            stop_child(manager, "varnishd", Duration::from_secs(15));
+            if self.child_pid > 0 && alive(self.child_pid) {
+                stop_pids(
+                    &[(self.child_pid, "varnishd child".into())],
+                    Duration::from_secs(5),
+                );
+            }
+            unregister_pid(self.child_pid);
+        }
+    }
+}
+
+impl Drop for Varnishd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
