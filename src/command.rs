@@ -18,6 +18,9 @@ const INITIAL_CAPACITY: usize = 256;
 /// worker buffer more than it could ever read back.
 pub const MAX_COMMAND_BYTES: usize = crate::connection::resp::MAX_REPLY_BYTES;
 
+/// How much of a command name goes into a log line.
+pub const LOGGED_NAME_BYTES: usize = 64;
+
 /// A Redis command, its arguments RESP-encoded as they are pushed.
 #[derive(Clone)]
 pub struct Command {
@@ -96,6 +99,19 @@ impl Command {
     /// The command name, as given.
     pub fn name(&self) -> &[u8] {
         &self.buf[self.name.0..self.name.1]
+    }
+
+    /// The name for log lines: lossy UTF-8, cut after
+    /// [`LOGGED_NAME_BYTES`] bytes (VSL records are short, and VCL may
+    /// pass anything as a name).
+    pub fn logged_name(&self) -> String {
+        let name = self.name();
+        match name.get(..LOGGED_NAME_BYTES) {
+            Some(head) if name.len() > LOGGED_NAME_BYTES => {
+                format!("{}...", String::from_utf8_lossy(head))
+            }
+            _ => String::from_utf8_lossy(name).into_owned(),
+        }
     }
 
     /// The number of arguments, the name included.
@@ -376,6 +392,16 @@ mod tests {
         assert_eq!(c.check_size(), Ok(()));
         assert_eq!(c.byte_len(), MAX_COMMAND_BYTES);
         assert_eq!(c.packed().len(), MAX_COMMAND_BYTES);
+    }
+
+    #[test]
+    fn logged_name_is_cut_after_64_bytes() {
+        assert_eq!(Command::new(b"GET").logged_name(), "GET");
+        let exact = vec![b'a'; LOGGED_NAME_BYTES];
+        assert_eq!(Command::new(&exact).logged_name().len(), LOGGED_NAME_BYTES);
+        let long = Command::new(&vec![b'b'; 1 << 20]).logged_name();
+        assert_eq!(long, format!("{}...", "b".repeat(LOGGED_NAME_BYTES)));
+        assert_eq!(Command::new(b"\xffX").logged_name(), "\u{fffd}X");
     }
 
     #[test]

@@ -308,7 +308,7 @@ impl Database {
         if self.config.debug {
             debug(&format!(
                 "sending {} to {}",
-                String::from_utf8_lossy(command.name()),
+                command.logged_name(),
                 server.connector.location()
             ));
         }

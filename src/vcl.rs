@@ -189,13 +189,13 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
         Ok(reply) => {
             // An error reply is kept as the reply, and logged (as the C VMOD).
             if let Reply::Error(text) = &reply {
-                let name = String::from_utf8_lossy(command.name()).into_owned();
+                let name = command.logged_name();
                 log_error(ctx, db, &format!("{name}: error reply: {text}"));
             }
             slot.reply = Some(reply);
         }
         Err(err) => {
-            let name = String::from_utf8_lossy(command.name()).into_owned();
+            let name = command.logged_name();
             log_error(ctx, db, &format!("{name}: {err}"));
         }
     }
