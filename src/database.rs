@@ -660,6 +660,41 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_on_a_fresh_pool_opens_no_more_connections_than_workers() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |args| {
+            args.shared_connections = true;
+            args.max_connections = 100;
+            args.connection_timeout = 5000;
+            // HELLO on connect: opening waits while Redis sleeps.
+            args.protocol = "RESP3";
+        });
+        let sleeper = std::thread::spawn({
+            let cli = redis.location();
+            move || {
+                std::process::Command::new("redis-cli")
+                    .args(["-s", &cli, "DEBUG", "SLEEP", "0.3"])
+                    .output()
+                    .expect("redis-cli")
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| run(&db, &["PING"]).unwrap());
+            }
+        });
+        sleeper.join().unwrap();
+        // Connections asked for but not needed in the end still open.
+        std::thread::sleep(Duration::from_millis(300));
+        let opened = db.stats().get(Counter::ConnectionsTotal);
+        assert!(
+            (1..=8).contains(&opened),
+            "{opened} connections for 8 workers"
+        );
+    }
+
+    #[test]
     fn private_lru_drops_connections_over_the_limit() {
         let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| args.shared_connections = false);

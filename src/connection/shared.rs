@@ -5,6 +5,7 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
@@ -16,9 +17,9 @@ use crate::error::Error;
 use crate::server::Health;
 use crate::stats::{Counter, Stats};
 
-/// How often a worker waiting for the first connection of a pool checks
-/// whether r2d2's attempt was refused.
-const CONNECT_POLL: Duration = Duration::from_millis(5);
+/// How often a worker waiting for a connection to open looks for it (and
+/// for r2d2's attempt having been refused).
+const CONNECT_POLL: Duration = Duration::from_millis(2);
 
 /// Opens connections for r2d2 and decides, without network I/O, which idle
 /// ones are still good: not broken, not past their TTL, not older than the
@@ -182,30 +183,41 @@ impl SharedPool {
         .map_err(timeout)
     }
 
-    /// The slow path of [`get`]: no idle connection. While nothing is open
-    /// r2d2 is connecting in the background, so wait in short slices and
-    /// give up as soon as its attempt was refused, rather than make every
-    /// worker wait the full `wait` for a server that is down.
+    /// The slow path of [`get`]: no idle connection although this worker
+    /// holds a permit, so the pool is still growing (first use, or broken
+    /// connections dropped). Asking r2d2 (`get_timeout`) makes it open one
+    /// more connection in the background, below `max_size`, and every
+    /// r2d2 wake-up asks again; so a worker asks once, then polls. A burst
+    /// of workers thus opens one connection each at most (the C VMOD's
+    /// count), not up to `max_size`. While nothing is open, all give up as
+    /// soon as the attempt was refused rather than wait the full `wait`
+    /// for a server that is down.
     fn wait_for(
         &self,
         pool: &r2d2::Pool<Manager>,
         deadline: Instant,
     ) -> Result<r2d2::PooledConnection<Manager>, String> {
+        let mut asked = false;
         loop {
-            let nothing_open = pool.state().connections == 0;
-            if nothing_open && self.last_connect.failing.load(Ordering::Relaxed) {
+            if pool.state().connections == 0 && self.last_connect.failing.load(Ordering::Relaxed) {
                 return Err(self.last_connect.error.lock().clone());
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            let slice = if nothing_open {
-                left.min(CONNECT_POLL)
+            let conn = if asked {
+                let conn = pool.try_get();
+                if conn.is_none() {
+                    thread::sleep(left.min(CONNECT_POLL));
+                }
+                conn
             } else {
-                left
+                asked = true;
+                pool.get_timeout(left.min(CONNECT_POLL)).ok()
             };
-            match pool.get_timeout(slice) {
-                Ok(conn) => return Ok(conn),
-                Err(err) if Instant::now() >= deadline => return Err(err.to_string()),
-                Err(_) => {}
+            if let Some(conn) = conn {
+                return Ok(conn);
+            }
+            if Instant::now() >= deadline {
+                return Err("no connection came free or opened in time".to_owned());
             }
         }
     }
