@@ -1999,6 +1999,33 @@ impl Targets {
     }
 }
 
+/// One S1 table: a row per N, a column per command and VMOD, each cell
+/// `show`ing the repetitions of `what`.
+fn s1_cell_table(
+    r: &mut String,
+    s1: &S1,
+    title: &str,
+    what: fn(&Cell) -> f64,
+    show: impl Fn(&[f64]) -> String,
+) {
+    let _ = writeln!(r, "### {title}\n");
+    let _ = writeln!(
+        r,
+        "| N | SET ours | SET theirs | GET ours | GET theirs | EVAL ours | EVAL theirs |"
+    );
+    let _ = writeln!(r, "|---:|---:|---:|---:|---:|---:|---:|");
+    for n in S1_NS {
+        let mut row = format!("| {n} |");
+        for ci in 0..S1_CMDS.len() {
+            for vi in 0..2 {
+                let _ = write!(row, " {} |", show(&s1.values(vi, ci, n, what)));
+            }
+        }
+        let _ = writeln!(r, "{row}");
+    }
+    let _ = writeln!(r);
+}
+
 fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets) {
     let reps = s1.cells.len();
     let _ = writeln!(r, "## S1: VMOD overhead (seed 001)\n");
@@ -2017,43 +2044,20 @@ fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets
         o.s1_warm
     );
     let _ = writeln!(r, "![S1 plot]({svg_name})\n");
-    let _ = writeln!(r, "### ms per request\n");
-    let _ = writeln!(
+    s1_cell_table(
         r,
-        "| N | SET ours | SET theirs | GET ours | GET theirs | EVAL ours | EVAL theirs |"
+        s1,
+        "ms per request",
+        |c| c.ms,
+        |v| format!("{} ±{}%", f(median(v), 4), f(spread_pct(v), 1)),
     );
-    let _ = writeln!(r, "|---:|---:|---:|---:|---:|---:|---:|");
-    for n in S1_NS {
-        let mut row = format!("| {n} |");
-        for ci in 0..S1_CMDS.len() {
-            for vi in 0..2 {
-                let v = s1.values(vi, ci, n, |c| c.ms);
-                let _ = write!(row, " {} ±{}% |", f(median(&v), 4), f(spread_pct(&v), 1));
-            }
-        }
-        let _ = writeln!(r, "{row}");
-    }
-    let _ = writeln!(r);
-    let _ = writeln!(
+    s1_cell_table(
         r,
-        "### varnishd child CPU per request (µs, utime + stime)\n"
+        s1,
+        "varnishd child CPU per request (µs, utime + stime)",
+        |c| c.cpu_us,
+        |v| f(median(v), 1),
     );
-    let _ = writeln!(
-        r,
-        "| N | SET ours | SET theirs | GET ours | GET theirs | EVAL ours | EVAL theirs |"
-    );
-    let _ = writeln!(r, "|---:|---:|---:|---:|---:|---:|---:|");
-    for n in S1_NS {
-        let mut row = format!("| {n} |");
-        for ci in 0..S1_CMDS.len() {
-            for vi in 0..2 {
-                let v = s1.values(vi, ci, n, |c| c.cpu_us);
-                let _ = write!(row, " {} |", f(median(&v), 1));
-            }
-        }
-        let _ = writeln!(r, "{row}");
-    }
-    let _ = writeln!(r);
 
     let rtt = |k: usize, p50: bool| -> Vec<f64> {
         s1.rtt
