@@ -1414,13 +1414,28 @@ impl RunCfg {
 }
 
 /// The median req/s of one VMOD over the repetitions of a configuration.
-fn median_rps(rows: &[(RunCfg, [Run; 2])], keep: impl Fn(&RunCfg) -> bool, vi: usize) -> f64 {
-    let v: Vec<f64> = rows
-        .iter()
+/// The req/s of one VMOD in every repetition of a configuration.
+fn rps_values(rows: &[(RunCfg, [Run; 2])], keep: impl Fn(&RunCfg) -> bool, vi: usize) -> Vec<f64> {
+    rows.iter()
         .filter(|(c, _)| keep(c))
         .map(|(_, r)| r[vi].load.rps)
-        .collect();
-    median(&v)
+        .collect()
+}
+
+/// The median req/s of one VMOD over the repetitions of a configuration.
+fn median_rps(rows: &[(RunCfg, [Run; 2])], keep: impl Fn(&RunCfg) -> bool, vi: usize) -> f64 {
+    median(&rps_values(rows, keep, vi))
+}
+
+/// The S2 columns (modes), in the order they ran.
+fn columns(rows: &[(RunCfg, [Run; 2])]) -> Vec<Mode> {
+    let mut modes: Vec<Mode> = Vec::new();
+    for (c, _) in rows {
+        if !modes.contains(&c.mode) {
+            modes.push(c.mode);
+        }
+    }
+    modes
 }
 
 #[derive(Clone, Debug, Default)]
@@ -1769,6 +1784,8 @@ fn s1_svg(s1: &S1) -> String {
     svg
 }
 
+/// The S2 plot: a group per column, each bar the median req/s of one VMOD
+/// over the repetitions, with a whisker from the lowest to the highest.
 fn s2_svg(rows: &[(RunCfg, [Run; 2])], title: &str) -> String {
     let (w, h) = (900.0, 460.0);
     let m = [40.0, 20.0, 70.0, 80.0];
@@ -1780,34 +1797,67 @@ fn s2_svg(rows: &[(RunCfg, [Run; 2])], title: &str) -> String {
     let ytop = svg_frame(&mut svg, w, h, m, title, "requests / s", ymax * 1.05);
     let plot_w = w - m[1] - m[3];
     let plot_h = h - m[0] - m[2];
-    let group = plot_w / rows.len().max(1) as f64;
+    let modes = columns(rows);
+    let group = plot_w / modes.len().max(1) as f64;
     let bar = group * 0.36;
-    for (i, (cfg, runs)) in rows.iter().enumerate() {
+    let y = |rps: f64| m[0] + plot_h - rps / ytop * plot_h;
+    for (i, &mode) in modes.iter().enumerate() {
         let gx = m[3] + i as f64 * group;
-        for (vi, run) in runs.iter().enumerate() {
-            let bh = run.load.rps / ytop * plot_h;
+        let mut medians = [0.0; 2];
+        let mut top = 0.0_f64;
+        for (vi, med) in medians.iter_mut().enumerate() {
+            let values = rps_values(rows, |c| c.mode == mode, vi);
+            let (lo, hi) = values.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| {
+                (lo.min(*v), hi.max(*v))
+            });
+            *med = median(&values);
+            top = top.max(hi);
             let bx = gx + group * 0.14 + vi as f64 * bar;
+            let tooltip = format!(
+                "{} {}: {:.0} req/s (repetitions: {})",
+                mode.label(),
+                if vi == 0 { "ours" } else { "theirs" },
+                *med,
+                values
+                    .iter()
+                    .map(|v| f(*v, 0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             let _ = writeln!(
                 svg,
-                "<rect x=\"{bx:.1}\" y=\"{:.1}\" width=\"{bar:.1}\" height=\"{bh:.1}\" fill=\"{}\">\
-                 <title>{} {}: {:.0} req/s</title></rect>",
-                m[0] + plot_h - bh,
+                "<rect x=\"{bx:.1}\" y=\"{:.1}\" width=\"{bar:.1}\" height=\"{:.1}\" \
+                 fill=\"{}\"><title>{}</title></rect>",
+                y(*med),
+                m[0] + plot_h - y(*med),
                 VMOD_COLORS[vi],
-                esc(&cfg.column()),
-                if vi == 0 { "ours" } else { "theirs" },
-                run.load.rps
+                esc(&tooltip)
             );
+            if values.len() > 1 {
+                let cx = bx + bar / 2.0;
+                let _ = writeln!(
+                    svg,
+                    "<path d=\"M{cx:.1},{:.1}V{:.1}M{:.1},{:.1}H{:.1}M{:.1},{:.1}H{:.1}\" \
+                     stroke=\"#333\" stroke-width=\"1\" fill=\"none\"/>",
+                    y(lo),
+                    y(hi),
+                    cx - 3.0,
+                    y(lo),
+                    cx + 3.0,
+                    cx - 3.0,
+                    y(hi),
+                    cx + 3.0
+                );
+            }
         }
-        let q = ratio(runs[0].load.rps, runs[1].load.rps);
-        let top_bar = runs.iter().map(|x| x.load.rps).fold(0.0, f64::max);
         let _ = writeln!(
             svg,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">×{}</text>",
             gx + group / 2.0,
-            m[0] + plot_h - top_bar / ytop * plot_h - 5.0,
-            f(q, 2)
+            y(top) - 5.0,
+            f(ratio(medians[0], medians[1]), 2)
         );
-        let label = cfg.column();
+        let label = mode.label();
         let (l1, l2) = label.split_once(' ').unwrap_or((&label, ""));
         let cx = gx + group / 2.0;
         let _ = writeln!(
@@ -2278,12 +2328,7 @@ fn s2_section(
     );
     let _ = writeln!(r, "![S2 plot]({svg_name})\n");
     load_table(r, rows, "column", RunCfg::column);
-    let mut modes: Vec<Mode> = Vec::new();
-    for (c, _) in rows {
-        if !modes.contains(&c.mode) {
-            modes.push(c.mode);
-        }
-    }
+    let modes = columns(rows);
     let reps = rows.first().map_or(1, |(c, _)| c.reps);
     if reps > 1 {
         let _ = writeln!(
@@ -2504,8 +2549,15 @@ fn run(o: Opts) -> Res<()> {
     if let Some(s2) = &s2 {
         let name = format!("{base}-s2.svg");
         let title = format!(
-            "S2: req/s, wrk -t{} -c{} -d{}s, SET+GET+EVAL",
-            o.s2_threads, o.s2_conns, o.s2_secs
+            "S2: req/s, wrk -t{} -c{} -d{}s, SET+GET+EVAL{}",
+            o.s2_threads,
+            o.s2_conns,
+            o.s2_secs,
+            if o.s2_reps > 1 {
+                format!("; median of {} runs, whiskers min-max", o.s2_reps)
+            } else {
+                String::new()
+            }
         );
         fs::write(o.out_dir.join(&name), s2_svg(s2, &title)).map_err(|e| e.to_string())?;
         s2_section(&mut body, s2, &o, &name, &mut targets);
