@@ -180,7 +180,6 @@ impl Command {
     }
 }
 
-/// Short, so that logging a command never dumps a megabyte argument.
 /// The length of a request of `argc` arguments whose encoded arguments
 /// take `args_len` bytes: they follow the `*argc\r\n` header.
 fn packed_len(argc: usize, args_len: usize) -> usize {
@@ -188,10 +187,11 @@ fn packed_len(argc: usize, args_len: usize) -> usize {
     1 + digits + 2 + args_len
 }
 
+/// Short, so that logging a command never dumps a megabyte argument.
 impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Command")
-            .field("name", &String::from_utf8_lossy(self.name()))
+            .field("name", &self.logged_name())
             .field("args", &self.argc)
             .field("bytes", &self.byte_len())
             .field("timeout", &self.timeout)
@@ -364,10 +364,7 @@ mod tests {
             c.push(&chunk);
             pushed += 1;
         }
-        assert_eq!(
-            pushed, 16,
-            "16 arguments of 1 MiB do not fit in 16 MiB with their framing"
-        );
+        assert_eq!(pushed, 16, "15 arguments of 1 MiB fit, the 16th does not");
         let Err(size) = c.check_size() else {
             unreachable!()
         };

@@ -187,9 +187,10 @@ impl SharedPool {
     /// holds a permit, so the pool is still growing (first use, or broken
     /// connections dropped). Asking r2d2 (`get_timeout`) makes it open one
     /// more connection in the background, below `max_size`, and every
-    /// r2d2 wake-up asks again; so a worker asks once, then polls. A burst
-    /// of workers thus opens one connection each at most (the C VMOD's
-    /// count), not up to `max_size`. While nothing is open, all give up as
+    /// r2d2 wake-up asks again; so a worker asks once per wait, then polls.
+    /// That bounds one burst on a fresh pool to a connection per worker;
+    /// under sustained load the pool still grows toward `max_size`, since
+    /// every wait during growth asks again. While nothing is open, all give up as
     /// soon as the attempt was refused rather than wait the full `wait`
     /// for a server that is down.
     fn wait_for(
