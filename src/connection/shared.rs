@@ -190,9 +190,9 @@ impl SharedPool {
     /// r2d2 wake-up asks again; so a worker asks once per wait, then polls.
     /// That bounds one burst on a fresh pool to a connection per worker;
     /// under sustained load the pool still grows toward `max_size`, since
-    /// every wait during growth asks again. While nothing is open, all give up as
-    /// soon as the attempt was refused rather than wait the full `wait`
-    /// for a server that is down.
+    /// every wait during growth asks again. While nothing is open, all
+    /// give up as soon as the attempt was refused rather than wait the
+    /// full `wait` for a server that is down.
     fn wait_for(
         &self,
         pool: &r2d2::Pool<Manager>,
