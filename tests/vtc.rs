@@ -68,9 +68,10 @@
 //!
 //! # Result
 //! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
-//! failure its message holds varnishtest's output (the failing log; `-q` is
-//! not used as it would print only the FAILED line) and the
-//! tail of each server's log. All servers are stopped by PID (SIGTERM, then
+//! failure its message holds varnishtest's output (the failing log, without
+//! the CLI pings; `-q` is not used as it would print only the FAILED line),
+//! the tail of each server's log, and last a summary: the last top-level
+//! steps and the `----` failure lines. All servers are stopped by PID (SIGTERM, then
 //! SIGKILL after 5 s) and the directory is removed, also on failure or panic.
 //!
 //! Environment: `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
@@ -437,8 +438,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     if output.status.success() {
         return Ok(());
     }
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    let mut raw = String::from_utf8_lossy(&output.stdout).into_owned();
+    raw.push_str(&String::from_utf8_lossy(&output.stderr));
+    let mut text = without_cli_pings(&raw);
+    let steps = steps_summary(&text);
     if text.len() > MAX_OUTPUT {
         let mut cut = text.len() - MAX_OUTPUT;
         while !text.is_char_boundary(cut) {
@@ -446,13 +449,63 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         }
         text = format!("[... first {cut} bytes cut ...]\n{}", &text[cut..]);
     }
+    // The steps go last: a CI log viewer that shows only the tail of a long
+    // failure still shows which command hung or failed.
     Err(format!(
-        "varnishtest {} {}\n{text}{}",
+        "varnishtest {} {}\n{text}{}{steps}",
         file.display(),
         describe(output.status),
         fx.logs()
     )
     .into())
+}
+
+/// varnishtest's output without the manager's CLI pings (two `vsl|` lines
+/// and a `dT` line every 3 s per varnishd), which fill the log of a test
+/// that hangs until its timeout.
+fn without_cli_pings(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.contains(" CLI ") && (line.ends_with("Rd ping") || line.contains("Wr 200 19 PONG"))
+        {
+            // Drop the dT line announcing the ping too.
+            if kept.last().is_some_and(|l| l.starts_with("**** dT")) {
+                kept.pop();
+            }
+            continue;
+        }
+        kept.push(line);
+    }
+    kept.join("\n") + "\n"
+}
+
+/// The test's top-level commands (`**   top   === ...`), last ones only, and
+/// every failure line (`---- `): what ran, and what went wrong where.
+fn steps_summary(text: &str) -> String {
+    const LAST_STEPS: usize = 12;
+    let steps: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("**   top   === "))
+        .collect();
+    let failures: Vec<&str> = text.lines().filter(|l| l.starts_with("---- ")).collect();
+    let mut out = format!(
+        "\n--- last {} of {} top-level steps ---\n",
+        LAST_STEPS.min(steps.len()),
+        steps.len()
+    );
+    for l in &steps[steps.len().saturating_sub(LAST_STEPS)..] {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push_str("--- failure lines ---\n");
+    for l in &failures {
+        out.push_str(l);
+        out.push('\n');
+    }
+    if failures.is_empty() {
+        out.push_str("(none: the test was stopped, most likely at the last step above)\n");
+    }
+    out
 }
 
 fn describe(status: ExitStatus) -> String {
