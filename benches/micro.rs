@@ -13,8 +13,8 @@
 //!   (src/reply.rs).
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port) and killed at
-//!   the end. `pool/shared_checkout` is an r2d2 checkout + return with an
-//!   idle connection (no I/O); `pool/private_take_give_back` the per-thread
+//!   the end. `pool/shared_checkout` is a checkout + return of a pool slot
+//!   holding a connection (gate, r2d2, no I/O); `pool/private_take_give_back` the per-thread
 //!   list. `roundtrip/raw_socket_get` is one `GET` on a bare socket (one
 //!   write, reads until `resp::scan` sees the whole reply): the floor;
 //!   `roundtrip/connection_request_get` the same through `Connection::request`;
@@ -42,7 +42,6 @@ use vmod_redis::connection::shared::SharedPool;
 use vmod_redis::connection::{resp, Connector};
 use vmod_redis::database::Database;
 use vmod_redis::reply::Reply;
-use vmod_redis::server::Health;
 use vmod_redis::stats::Stats;
 
 /// The script of the seeds' EVAL (seed 000 / 001), as VCL pushes it.
@@ -233,18 +232,23 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("pool");
     {
         let threads = Arc::new(scheduled_thread_pool::ScheduledThreadPool::new(1));
+        let connector = connector(&redis.sock);
         let pool = SharedPool::new(
-            connector(&redis.sock),
-            Arc::new(Health::new(Duration::ZERO)),
-            None,
+            connector.location().to_string(),
             10,
             Duration::from_secs(1),
             threads,
         );
-        // The first checkout connects; the benchmark reuses the idle one.
-        drop(pool.get(&stats).expect("first checkout"));
+        // The first checkout connects; the benchmark reuses that connection.
+        let refresh = |idle: Option<_>| idle.map_or_else(|| connector.connect(&stats), Ok);
+        drop(pool.get(&stats, refresh).expect("first checkout"));
         g.bench_function("shared_checkout_return", |b| {
-            b.iter(|| black_box(pool.get(&stats).map(|lease| lease.is_broken())))
+            b.iter(|| {
+                black_box(
+                    pool.get(&stats, refresh)
+                        .map(|mut lease| lease.conn().is_broken()),
+                )
+            })
         });
     }
     {

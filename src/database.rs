@@ -44,7 +44,7 @@ pub struct Database {
     stats: Arc<Stats>,
     servers: Vec<Server>,
     connections: Connections,
-    /// Name of the r2d2 connection-opener thread (shared mode), waited for
+    /// Name of the thread that makes r2d2's pool slots (shared mode), waited for
     /// on drop.
     pool_thread_name: String,
 }
@@ -65,7 +65,7 @@ impl Lease<'_> {
     fn conn(&mut self) -> &mut Connection {
         match self {
             Lease::Private { conn, .. } => conn.as_mut().expect("private lease holds a connection"),
-            Lease::Shared(lease) => lease,
+            Lease::Shared(lease) => lease.conn(),
         }
     }
 }
@@ -111,7 +111,7 @@ impl Database {
             POOL_THREAD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         let connections = if config.shared_connections {
-            // One thread per database opens pooled connections for r2d2
+            // One thread per database makes the pool slots for r2d2
             // (its default would be three per pool).
             let threads = Arc::new(
                 ScheduledThreadPool::builder()
@@ -125,9 +125,7 @@ impl Database {
                 .filter(|wait| !wait.is_zero())
                 .unwrap_or(DEFAULT_POOL_WAIT);
             Connections::Shared(vec![SharedPool::new(
-                connector,
-                health,
-                config.connection_ttl,
+                connector.location().to_string(),
                 config.max_connections,
                 wait,
                 threads,
@@ -212,30 +210,31 @@ impl Database {
     }
 
     /// A connection to `server`: this thread's idle one or a new one in
-    /// private mode, a pooled one in shared mode.
+    /// private mode, the one in a pool slot or a new one in shared mode.
     fn lease(&self, index: usize) -> Result<Lease<'_>> {
         let server = &self.servers[index];
+        let now = Instant::now();
         match &self.connections {
-            Connections::Shared(pools) => pools[index].get(&self.stats).map(Lease::Shared),
+            Connections::Shared(pools) => pools[index]
+                .get(&self.stats, |idle| {
+                    match idle.and_then(|conn| self.still_usable(server, conn, now)) {
+                        Some(conn) => Ok(conn),
+                        None => self.connect(server),
+                    }
+                })
+                .map(Lease::Shared),
             Connections::Private(connections) => {
-                let now = Instant::now();
+                let mut usable = None;
                 while let Some(conn) = connections.take(index) {
-                    if conn.expired(self.config.connection_ttl, now) {
-                        self.stats.inc(Counter::DroppedTtl);
-                    } else if server.health.outdates(conn.created()) {
-                        self.stats.inc(Counter::DroppedSick);
-                    } else {
-                        return Ok(Lease::Private {
-                            connections,
-                            stats: &self.stats,
-                            server: index,
-                            conn: Some(conn),
-                        });
+                    usable = self.still_usable(server, conn, now);
+                    if usable.is_some() {
+                        break;
                     }
                 }
-                let conn = server.connector.connect(&self.stats).inspect_err(|_| {
-                    server.health.mark_failed();
-                })?;
+                let conn = match usable {
+                    Some(conn) => conn,
+                    None => self.connect(server)?,
+                };
                 Ok(Lease::Private {
                     connections,
                     stats: &self.stats,
@@ -244,6 +243,27 @@ impl Database {
                 })
             }
         }
+    }
+
+    /// `conn` unless it is past `connection_ttl` or older than the server's
+    /// last failure (then dropped and counted).
+    fn still_usable(&self, server: &Server, conn: Connection, now: Instant) -> Option<Connection> {
+        if conn.expired(self.config.connection_ttl, now) {
+            self.stats.inc(Counter::DroppedTtl);
+            None
+        } else if server.health.outdates(conn.created()) {
+            self.stats.inc(Counter::DroppedSick);
+            None
+        } else {
+            Some(conn)
+        }
+    }
+
+    /// A new connection to `server`; a failure makes the server sick.
+    fn connect(&self, server: &Server) -> Result<Connection> {
+        server.connector.connect(&self.stats).inspect_err(|_| {
+            server.health.mark_failed();
+        })
     }
 
     /// Runs `command` and returns its reply (error replies included). A
@@ -549,28 +569,72 @@ mod tests {
     #[test]
     fn retry_reconnects_after_the_server_closed_the_connection() {
         let redis = RedisProcess::start(&[]);
-        let db = database(&redis, |args| {
-            args.shared_connections = false;
-            args.max_command_retries = 1;
-        });
-        run(&db, &["PING"]).unwrap();
-        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
-        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
-        assert_eq!(db.stats().get(Counter::CommandsRetried), 1);
-        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
-        assert_eq!(db.stats().get(Counter::CommandsTotal), 2);
-        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_command_retries = 1;
+            });
+            run(&db, &["PING"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            let stats = db.stats();
+            assert_eq!(stats.get(Counter::CommandsRetried), 1, "shared={shared}");
+            assert_eq!(stats.get(Counter::CommandsFailed), 1, "shared={shared}");
+            assert_eq!(stats.get(Counter::CommandsTotal), 2, "shared={shared}");
+            assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
+        }
     }
 
     #[test]
     fn without_retries_a_dead_connection_fails_once_then_recovers() {
         let redis = RedisProcess::start(&[]);
-        let db = database(&redis, |args| args.shared_connections = false);
-        run(&db, &["PING"]).unwrap();
-        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
-        assert!(run(&db, &["PING"]).is_err());
-        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
-        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        for shared in [false, true] {
+            let db = database(&redis, |args| args.shared_connections = shared);
+            run(&db, &["PING"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            assert!(run(&db, &["PING"]).is_err(), "shared={shared}");
+            assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+            if shared {
+                // The broken connection left its slot; the next worker
+                // filled it: one connection open, idle.
+                assert_eq!(db.pool_state(0), (1, 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_pool_opens_only_the_connections_workers_need_at_once() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |args| {
+            args.shared_connections = true;
+            args.max_connections = 100;
+        });
+        for _ in 0..20 {
+            run(&db, &["PING"]).unwrap();
+        }
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+        assert_eq!(db.pool_state(0), (1, 1));
+        // Two commands in flight at once (the first one's sleep holds the
+        // server): a second connection, then both reused.
+        let ready = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    ready.wait();
+                    run(&db, &["DEBUG", "SLEEP", "0.2"]).unwrap();
+                });
+            }
+        });
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        for _ in 0..20 {
+            run(&db, &["PING"]).unwrap();
+        }
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        assert_eq!(db.pool_state(0), (2, 2));
+        // Redis agrees (its list has redis-cli's own connection too).
+        assert_eq!(redis.cli(&["CLIENT", "LIST"]).lines().count(), 3);
     }
 
     #[test]
@@ -685,8 +749,6 @@ mod tests {
             }
         });
         sleeper.join().unwrap();
-        // Connections asked for but not needed in the end still open.
-        std::thread::sleep(Duration::from_millis(300));
         let opened = db.stats().get(Counter::ConnectionsTotal);
         assert!(
             (1..=8).contains(&opened),

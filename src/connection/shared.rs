@@ -1,111 +1,112 @@
 //! Shared mode: one bounded r2d2 pool per (database, server) for all
-//! workers. Workers are admitted to it in arrival order ([`FairGate`]),
-//! the wait is bounded, and a worker that finds every connection in use is
-//! counted in `workers.blocked`.
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+//! workers. The pool holds `max_connections` slots; a slot holds an open
+//! connection or none. Workers are admitted in arrival order
+//! ([`FairGate`], one permit per slot), the wait is bounded, and a worker
+//! that finds every slot in use is counted in `workers.blocked`.
+//!
+//! The worker that takes a slot without a usable connection opens one
+//! itself, as in private mode. Slots are reused last in, first out, so
+//! sockets are only opened when that many workers need one at the same
+//! time, and a reconnect (TTL, failure) delays only the worker doing it,
+//! never the others behind a background opener.
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use scheduled_thread_pool::ScheduledThreadPool;
 
 use super::gate::{Admission, FairGate, Permit};
-use super::{Connection, Connector};
+use super::Connection;
 use crate::error::Error;
-use crate::server::Health;
 use crate::stats::{Counter, Stats};
 
-/// How often a worker waiting for a connection to open looks for it (and
-/// for r2d2's attempt having been refused).
-const CONNECT_POLL: Duration = Duration::from_millis(2);
-
-/// Opens connections for r2d2 and decides, without network I/O, which idle
-/// ones are still good: not broken, not past their TTL, not older than the
-/// server's last failure.
-pub struct Manager {
-    connector: Connector,
-    stats: Arc<Stats>,
-    health: Arc<Health>,
-    ttl: Option<Duration>,
-    /// The outcome of the last attempt to open a connection.
-    last_connect: Arc<ConnectOutcome>,
+/// Where a pooled connection lives between commands. Keeps the pool's
+/// count of open connections right however the connection goes (replaced,
+/// dropped broken, or the slot dropped with its pool).
+pub struct Slot {
+    conn: Option<Connection>,
+    open: Arc<AtomicU32>,
 }
 
-/// Whether r2d2's last attempt to open a connection failed, and why:
-/// shared by a pool and its `Manager` (written only on connect).
-#[derive(Default)]
-struct ConnectOutcome {
-    failing: AtomicBool,
-    error: parking_lot::Mutex<String>,
-}
-
-impl r2d2::ManageConnection for Manager {
-    type Connection = Connection;
-    type Error = Error;
-
-    fn connect(&self) -> Result<Connection, Error> {
-        let conn = self.connector.connect(&self.stats);
-        if let Err(err) = &conn {
-            *self.last_connect.error.lock() = err.to_string();
-        }
-        self.last_connect
-            .failing
-            .store(conn.is_err(), Ordering::Relaxed);
-        if conn.is_err() {
-            self.health.mark_failed();
+impl Slot {
+    fn take(&mut self) -> Option<Connection> {
+        let conn = self.conn.take();
+        if conn.is_some() {
+            self.open.fetch_sub(1, Ordering::Relaxed);
         }
         conn
     }
 
-    fn is_valid(&self, conn: &mut Connection) -> Result<(), Error> {
-        if conn.expired(self.ttl, Instant::now()) {
-            self.stats.inc(Counter::DroppedTtl);
-            return Err(Error::Discarded("connection_ttl reached"));
-        }
-        if self.health.outdates(conn.created()) {
-            self.stats.inc(Counter::DroppedSick);
-            return Err(Error::Discarded("older than the server's last failure"));
-        }
+    fn put(&mut self, conn: Connection) {
+        drop(self.take());
+        self.conn = Some(conn);
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+/// Makes empty slots for r2d2; opening connections is the worker's job.
+pub struct SlotMaker {
+    open: Arc<AtomicU32>,
+}
+
+impl r2d2::ManageConnection for SlotMaker {
+    type Connection = Slot;
+    type Error = Infallible;
+
+    fn connect(&self) -> Result<Slot, Infallible> {
+        Ok(Slot {
+            conn: None,
+            open: self.open.clone(),
+        })
+    }
+
+    fn is_valid(&self, _: &mut Slot) -> Result<(), Infallible> {
         Ok(())
     }
 
-    fn has_broken(&self, conn: &mut Connection) -> bool {
-        conn.is_broken()
+    fn has_broken(&self, _: &mut Slot) -> bool {
+        false
     }
 }
 
 /// The pool of one server. It is dropped on VCL cold (closing the idle
 /// connections) and built again on the next command.
 pub struct SharedPool {
-    pool: RwLock<Option<r2d2::Pool<Manager>>>,
-    connector: Connector,
-    health: Arc<Health>,
-    ttl: Option<Duration>,
+    pool: RwLock<Option<r2d2::Pool<SlotMaker>>>,
+    location: String,
     max_size: u32,
     wait: Duration,
-    /// One permit per connection the pool may hold.
+    /// One permit per slot.
     gate: FairGate,
     threads: Arc<ScheduledThreadPool>,
-    /// Shared with the pool's `Manager`: the last connect outcome.
-    last_connect: Arc<ConnectOutcome>,
+    /// Connections open in the slots, leased or idle.
+    open: Arc<AtomicU32>,
+    /// Leases out right now (each holds an open connection).
+    leased: Arc<AtomicU32>,
 }
 
-/// A pooled connection; returns to the pool when dropped, and only then
-/// (fields drop in order) lets the next worker in.
+/// A slot with an open connection, held for one command. Dropping it puts
+/// the slot back (without the connection if it broke), and only then (fields
+/// drop in order) lets the next worker in.
 pub struct SharedLease<'a> {
-    conn: r2d2::PooledConnection<Manager>,
+    slot: r2d2::PooledConnection<SlotMaker>,
+    leased: &'a AtomicU32,
     _permit: Permit<'a>,
 }
 
 impl SharedPool {
-    /// `wait` bounds how long a worker waits for a connection;
-    /// `threads` runs r2d2's connection openers (one per database).
+    /// `wait` bounds how long a worker waits for a slot; `threads` fills
+    /// r2d2's pool with empty slots (one thread per database).
     pub fn new(
-        connector: Connector,
-        health: Arc<Health>,
-        ttl: Option<Duration>,
+        location: String,
         max_size: u32,
         wait: Duration,
         threads: Arc<ScheduledThreadPool>,
@@ -113,143 +114,114 @@ impl SharedPool {
         let max_size = max_size.max(1);
         SharedPool {
             pool: RwLock::new(None),
-            connector,
-            health,
-            ttl,
+            location,
             max_size,
             wait,
             gate: FairGate::new(max_size),
             threads,
-            last_connect: Arc::default(),
+            open: Arc::default(),
+            leased: Arc::default(),
         }
     }
 
-    fn pool(&self, stats: &Arc<Stats>) -> r2d2::Pool<Manager> {
+    /// The pool, made on first use with all its slots: a slot r2d2 added
+    /// later would go on top of the idle ones and be taken (empty) before
+    /// those holding a connection.
+    fn pool(&self) -> Result<r2d2::Pool<SlotMaker>, r2d2::Error> {
         if let Some(pool) = self.pool.read().as_ref() {
-            return pool.clone();
+            return Ok(pool.clone());
         }
         let mut slot = self.pool.write();
-        slot.get_or_insert_with(|| {
-            r2d2::Pool::builder()
-                .max_size(self.max_size)
-                .min_idle(Some(0))
-                .test_on_check_out(true)
-                .connection_timeout(self.wait)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .error_handler(Box::new(r2d2::NopErrorHandler))
-                .thread_pool(self.threads.clone())
-                .build_unchecked(Manager {
-                    connector: self.connector.clone(),
-                    stats: stats.clone(),
-                    health: self.health.clone(),
-                    ttl: self.ttl,
-                    last_connect: self.last_connect.clone(),
-                })
-        })
-        .clone()
+        if let Some(pool) = slot.as_ref() {
+            return Ok(pool.clone());
+        }
+        let pool = r2d2::Pool::builder()
+            .max_size(self.max_size)
+            .min_idle(Some(self.max_size))
+            .test_on_check_out(false)
+            .connection_timeout(self.wait)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .thread_pool(self.threads.clone())
+            .build(SlotMaker {
+                open: self.open.clone(),
+            })?;
+        Ok(slot.insert(pool).clone())
     }
 
-    /// A connection from the pool, waiting in line at most `wait`, and
-    /// failing at once while the server refuses connections and none is
-    /// open.
-    pub fn get(&self, stats: &Arc<Stats>) -> Result<SharedLease<'_>, Error> {
+    /// A slot, waiting in line at most `wait`, with a usable connection:
+    /// `refresh` gets the slot's connection (if any) and returns it if it
+    /// is still good, else a new one. When `refresh` fails the slot goes
+    /// back empty and its error is returned.
+    pub fn get(
+        &self,
+        stats: &Stats,
+        refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
+    ) -> Result<SharedLease<'_>, Error> {
         let started = Instant::now();
         let deadline = started + self.wait;
-        let timeout = |detail: String| Error::PoolTimeout {
-            server: self.connector.location().to_string(),
+        let timeout = |detail: &str| Error::PoolTimeout {
+            server: self.location.clone(),
             waited_ms: started.elapsed().as_millis(),
             pool_size: self.max_size,
-            detail,
+            detail: detail.to_owned(),
         };
         let Some((permit, admission)) = self.gate.acquire(deadline) else {
             stats.inc(Counter::WorkersBlocked);
-            return Err(timeout(format!("all {} connections in use", self.max_size)));
+            return Err(timeout(&format!(
+                "all {} connections in use",
+                self.max_size
+            )));
         };
         if admission == Admission::Waited {
             stats.inc(Counter::WorkersBlocked);
         }
-        // With a permit, an idle connection is there unless one is still
-        // being opened (first use, or a broken one being replaced).
-        let pool = self.pool(stats);
-        let conn = match pool.try_get() {
-            Some(conn) => Ok(conn),
-            None => self.wait_for(&pool, deadline),
-        };
-        conn.map(|conn| SharedLease {
-            conn,
+        // With a permit, a slot is idle.
+        let mut slot = self
+            .pool()
+            .ok()
+            .and_then(|pool| pool.try_get())
+            .ok_or_else(|| timeout("the pool's slots were not ready in time"))?;
+        let conn = refresh(slot.take())?;
+        slot.put(conn);
+        self.leased.fetch_add(1, Ordering::Relaxed);
+        Ok(SharedLease {
+            slot,
+            leased: &self.leased,
             _permit: permit,
         })
-        .map_err(timeout)
-    }
-
-    /// The slow path of [`get`]: no idle connection although this worker
-    /// holds a permit, so the pool is still growing (first use, or broken
-    /// connections dropped). Asking r2d2 (`get_timeout`) makes it open one
-    /// more connection in the background, below `max_size`, and every
-    /// r2d2 wake-up asks again; so a worker asks once per wait, then polls.
-    /// That bounds one burst on a fresh pool to a connection per worker;
-    /// under sustained load the pool still grows toward `max_size`, since
-    /// every wait during growth asks again. While nothing is open, all
-    /// give up as soon as the attempt was refused rather than wait the
-    /// full `wait` for a server that is down.
-    fn wait_for(
-        &self,
-        pool: &r2d2::Pool<Manager>,
-        deadline: Instant,
-    ) -> Result<r2d2::PooledConnection<Manager>, String> {
-        let mut asked = false;
-        loop {
-            if pool.state().connections == 0 && self.last_connect.failing.load(Ordering::Relaxed) {
-                return Err(self.last_connect.error.lock().clone());
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let conn = if asked {
-                let conn = pool.try_get();
-                if conn.is_none() {
-                    thread::sleep(left.min(CONNECT_POLL));
-                }
-                conn
-            } else {
-                asked = true;
-                pool.get_timeout(left.min(CONNECT_POLL)).ok()
-            };
-            if let Some(conn) = conn {
-                return Ok(conn);
-            }
-            if Instant::now() >= deadline {
-                return Err("no connection came free or opened in time".to_owned());
-            }
-        }
     }
 
     /// Drops the pool and its idle connections (VCL cold); connections in
     /// use close when they come back.
     pub fn close_idle(&self) -> usize {
-        self.pool
-            .write()
-            .take()
-            .map_or(0, |pool| pool.state().idle_connections as usize)
+        let idle = self.state().1;
+        drop(self.pool.write().take());
+        idle as usize
     }
 
-    /// Connections open in the pool and idle among them, for stats.
+    /// Connections open to the server, and idle among them, for stats.
     pub fn state(&self) -> (u32, u32) {
-        self.pool.read().as_ref().map_or((0, 0), |pool| {
-            let state = pool.state();
-            (state.connections, state.idle_connections)
-        })
+        let open = self.open.load(Ordering::Relaxed);
+        let leased = self.leased.load(Ordering::Relaxed);
+        (open, open.saturating_sub(leased))
     }
 }
 
-impl Deref for SharedLease<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        &self.conn
+impl SharedLease<'_> {
+    pub fn conn(&mut self) -> &mut Connection {
+        self.slot
+            .conn
+            .as_mut()
+            .expect("a lease holds an open connection")
     }
 }
 
-impl DerefMut for SharedLease<'_> {
-    fn deref_mut(&mut self) -> &mut Connection {
-        &mut self.conn
+impl Drop for SharedLease<'_> {
+    fn drop(&mut self) {
+        if self.slot.conn.as_ref().is_some_and(Connection::is_broken) {
+            drop(self.slot.take());
+        }
+        self.leased.fetch_sub(1, Ordering::Relaxed);
     }
 }
