@@ -457,7 +457,7 @@ impl Subnets {
 /// already mapped to ""). Kept as raw VCL values (timeouts in ms, TTLs in s,
 /// ENUMs as their strings) so the FFI layer stays a plain copy and every
 /// check lives in [`DbConfig::from_args`].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct DbArgs<'a> {
     pub location: &'a str,
     pub role: &'a str,
@@ -475,7 +475,7 @@ pub struct DbArgs<'a> {
     pub tls_keyfile: &'a str,
     pub tls_sni: &'a str,
     pub user: &'a str,
-    pub password: &'a str,
+    pub password: Secret<&'a str>,
     pub sickness_ttl: i64,
     pub ignore_slaves: bool,
     pub max_cluster_hops: i64,
@@ -503,7 +503,7 @@ impl Default for DbArgs<'_> {
             tls_keyfile: "",
             tls_sni: "",
             user: "",
-            password: "",
+            password: Secret(""),
             sickness_ttl: 60,
             ignore_slaves: false,
             max_cluster_hops: 32,
@@ -512,47 +512,30 @@ impl Default for DbArgs<'_> {
     }
 }
 
-/// Placeholder printed instead of a password in Debug output, so a config
-/// dumped to a log never leaks it.
-const REDACTED: &str = "<redacted>";
+/// A password. Debug shows `<redacted>` instead (or `""` when there is
+/// none), so a configuration dumped to a log never leaks it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Secret<T>(pub T);
 
-impl fmt::Debug for DbArgs<'_> {
+impl<T: AsRef<str>> fmt::Debug for Secret<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DbArgs")
-            .field("location", &self.location)
-            .field("role", &self.role)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("connection_ttl", &self.connection_ttl)
-            .field("command_timeout", &self.command_timeout)
-            .field("max_command_retries", &self.max_command_retries)
-            .field("shared_connections", &self.shared_connections)
-            .field("max_connections", &self.max_connections)
-            .field("protocol", &self.protocol)
-            .field("tls", &self.tls)
-            .field("tls_cafile", &self.tls_cafile)
-            .field("tls_capath", &self.tls_capath)
-            .field("tls_certfile", &self.tls_certfile)
-            .field("tls_keyfile", &self.tls_keyfile)
-            .field("tls_sni", &self.tls_sni)
-            .field("user", &self.user)
-            .field(
-                "password",
-                &if self.password.is_empty() {
-                    ""
-                } else {
-                    REDACTED
-                },
-            )
-            .field("sickness_ttl", &self.sickness_ttl)
-            .field("ignore_slaves", &self.ignore_slaves)
-            .field("max_cluster_hops", &self.max_cluster_hops)
-            .field("debug", &self.debug)
-            .finish()
+        if self.0.as_ref().is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("<redacted>")
+        }
+    }
+}
+
+impl<T: AsRef<str>> std::ops::Deref for Secret<T> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_ref()
     }
 }
 
 /// The validated configuration of one database object.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct DbConfig {
     pub location: Location,
     pub role: Role,
@@ -569,35 +552,13 @@ pub struct DbConfig {
     pub protocol: Protocol,
     /// ACL user; `Some` only with a password.
     pub user: Option<String>,
-    pub password: Option<String>,
+    pub password: Option<Secret<String>>,
     /// Zero: a failing server is never marked sick.
     pub sickness_ttl: Duration,
     pub ignore_slaves: bool,
     /// 0: unlimited.
     pub max_cluster_hops: u32,
     pub debug: bool,
-}
-
-impl fmt::Debug for DbConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DbConfig")
-            .field("location", &self.location)
-            .field("role", &self.role)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("connection_ttl", &self.connection_ttl)
-            .field("command_timeout", &self.command_timeout)
-            .field("max_command_retries", &self.max_command_retries)
-            .field("shared_connections", &self.shared_connections)
-            .field("max_connections", &self.max_connections)
-            .field("protocol", &self.protocol)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| REDACTED))
-            .field("sickness_ttl", &self.sickness_ttl)
-            .field("ignore_slaves", &self.ignore_slaves)
-            .field("max_cluster_hops", &self.max_cluster_hops)
-            .field("debug", &self.debug)
-            .finish()
-    }
 }
 
 /// A non-negative count that fits in u32.
@@ -683,7 +644,7 @@ impl DbConfig {
             });
         }
         let user = (!args.user.is_empty()).then(|| args.user.to_owned());
-        let password = (!args.password.is_empty()).then(|| args.password.to_owned());
+        let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
         Ok(DbConfig {
@@ -1016,7 +977,7 @@ mod tests {
             max_connections: 1,
             protocol: "RESP3",
             user: "bob",
-            password: "s3cret",
+            password: Secret("s3cret"),
             sickness_ttl: 0,
             ignore_slaves: true,
             max_cluster_hops: 0,
@@ -1043,7 +1004,7 @@ mod tests {
         let c = DbConfig::from_args(&DbArgs {
             role: "master",
             protocol: "RESP2",
-            password: "only-password",
+            password: Secret("only-password"),
             ..args("[::1]:6380")
         })
         .unwrap();
@@ -1252,7 +1213,7 @@ mod tests {
     fn password_stays_out_of_debug_output() {
         let a = DbArgs {
             user: "bob",
-            password: "hunter2-s3cret",
+            password: Secret("hunter2-s3cret"),
             ..args("127.0.0.1:6379")
         };
         let shown = format!("{a:?}");
@@ -1489,7 +1450,7 @@ mod proptests {
                 tls_keyfile: "",
                 tls_sni: if flags[2] { "" } else { &strings[5] },
                 user: &strings[6],
-                password: &password,
+                password: Secret(&password),
                 sickness_ttl: ints[5],
                 ignore_slaves: flags[3],
                 max_cluster_hops: ints[6],
@@ -1523,7 +1484,7 @@ mod proptests {
                     prop_assert_eq!(c.connection_ttl, (a.connection_ttl > 0).then(|| Duration::from_secs(a.connection_ttl as u64)));
                     prop_assert_eq!(c.sickness_ttl, Duration::from_secs(a.sickness_ttl as u64));
                     prop_assert_eq!(c.user.as_deref(), (!a.user.is_empty()).then_some(a.user));
-                    prop_assert_eq!(c.password.as_deref(), (!a.password.is_empty()).then_some(a.password));
+                    prop_assert_eq!(c.password.as_deref(), (!a.password.is_empty()).then_some(a.password.0));
                     prop_assert_eq!(
                         (c.shared_connections, c.ignore_slaves, c.debug),
                         (a.shared_connections, a.ignore_slaves, a.debug)
@@ -1533,7 +1494,7 @@ mod proptests {
                     prop_assert!(!valid, "{:?} refused: {}", a, e);
                     // The message never shows the password.
                     if !a.password.is_empty() {
-                        prop_assert!(!e.to_string().contains(a.password));
+                        prop_assert!(!e.to_string().contains(a.password.0));
                     }
                 }
             }

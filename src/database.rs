@@ -472,7 +472,7 @@ fn wait_for_thread_exit(name: &str, bound: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DbArgs;
+    use crate::config::{DbArgs, Secret};
     use crate::testing::RedisProcess;
 
     fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
@@ -775,12 +775,12 @@ mod tests {
         let redis = RedisProcess::start(&["--user", "alice", "on", ">secret", "~*", "+@all"]);
         let good = database(&redis, |args| {
             args.user = "alice";
-            args.password = "secret";
+            args.password = Secret("secret");
         });
         assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
         let bad = database(&redis, |args| {
             args.user = "alice";
-            args.password = "wrong";
+            args.password = Secret("wrong");
             args.shared_connections = false;
         });
         let err = run(&bad, &["PING"]).unwrap_err();

@@ -400,12 +400,13 @@ impl Redis {
         }
     }
 
-    fn freeze(&self) {
+    fn freeze(&mut self) {
         signal(self.pid, libc::SIGSTOP);
     }
 
-    fn thaw(&self) {
+    fn thaw(&mut self) -> Res<()> {
         signal(self.pid, libc::SIGCONT);
+        Ok(())
     }
 
     fn stop(&mut self) {
@@ -921,6 +922,24 @@ impl Report {
     fn all(&self) -> Figures {
         figures(&self.samples)
     }
+
+    /// When the last fallback was answered (load clock, s), if any was.
+    fn last_fallback_end(&self) -> Option<f64> {
+        self.samples
+            .iter()
+            .filter(|s| s.outcome == Outcome::Fallback)
+            .map(|s| s.end_us() as f64 / 1e6)
+            .reduce(f64::max)
+    }
+
+    /// Seconds from `t` until the first reply answered after it, if any.
+    fn first_ok_after(&self, t: f64) -> Option<f64> {
+        self.samples
+            .iter()
+            .filter(|s| s.outcome == Outcome::Ok && s.end_us() as f64 / 1e6 >= t)
+            .map(|s| s.end_us() as f64 / 1e6 - t)
+            .reduce(f64::min)
+    }
 }
 
 fn figures(samples: &[Sample]) -> Figures {
@@ -1231,6 +1250,19 @@ impl Drop for ErrorLog {
 }
 
 /// Redis, varnishd with the VCL of `dbs`, and the failures so far.
+/// What [`Setup::disrupt`] saw.
+struct Disruption {
+    report: Report,
+    /// The child 0.3 s before the disruption, and settled after the load.
+    before: Snapshot,
+    after: Snapshot,
+    counters: Counters,
+    /// Load clock (s): disruption applied, restore begun, restore done.
+    started: f64,
+    restoring: f64,
+    restored: f64,
+}
+
 struct Setup {
     name: String,
     redis: Redis,
@@ -1280,6 +1312,43 @@ impl Setup {
 
     fn snapshot(&self) -> Snapshot {
         self.varnish.snapshot(self.redis.port)
+    }
+
+    /// Runs `load`, applies `disrupt` to Redis `at` s into it and `restore`
+    /// `lasting` s later, waits for the load to end, and takes what the
+    /// checks need (a failed `restore` is reported once the load is over).
+    fn disrupt(
+        &mut self,
+        load: LoadSpec,
+        at: f64,
+        lasting: f64,
+        disrupt: impl FnOnce(&mut Redis),
+        restore: impl FnOnce(&mut Redis) -> Res<()>,
+    ) -> Res<Disruption> {
+        let load = Load::start(load);
+        load.sleep_until(at - 0.3);
+        let before = self.snapshot();
+        load.sleep_until(at);
+        let started = load.at();
+        disrupt(&mut self.redis);
+        load.sleep_until(started + lasting);
+        let restoring = load.at();
+        let restore_result = restore(&mut self.redis);
+        let restored = load.at();
+        let report = load.finish();
+        restore_result?;
+        thread::sleep(Duration::from_millis(300));
+        let after = self.settled_snapshot();
+        let counters = counters(self.varnish.port, "db")?;
+        Ok(Disruption {
+            report,
+            before,
+            after,
+            counters,
+            started,
+            restoring,
+            restored,
+        })
     }
 
     /// Waits until Redis has caught up with the connections the child closed
@@ -1414,43 +1483,29 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     let (kill_at, down_for, tail) = (1.5, 2.0, 1.5);
     let recover_within = f64::from(db.sickness_ttl) + 1.0;
     let clients = 20;
-    let load = Load::start(LoadSpec {
+    let load = LoadSpec {
         port: s.varnish.port,
         clients,
         duration: Duration::from_secs_f64(kill_at + down_for + recover_within + tail + 1.0),
         paths: one_command_paths("db"),
         deadline: Duration::from_secs(5),
-    });
-    load.sleep_until(kill_at - 0.3);
-    let before = s.snapshot();
-    load.sleep_until(kill_at);
-    let killed = load.at();
-    s.redis.kill9();
-    load.sleep_until(killed + down_for);
-    let restarted = load.at();
-    let respawn = s.redis.spawn();
-    let up = load.at();
-    let report = load.finish();
-    respawn?;
-    thread::sleep(Duration::from_millis(300));
-    let after = s.settled_snapshot();
-    let counters = counters(s.varnish.port, "db")?;
+    };
+    let Disruption {
+        report,
+        before,
+        after,
+        counters,
+        started: killed,
+        restoring: restarted,
+        restored: up,
+    } = s.disrupt(load, kill_at, down_for, Redis::kill9, Redis::spawn)?;
 
     let all = report.all();
     let pre = figures(&report.ended_before(killed));
     let outage = figures(&report.window(killed, up));
     let post = figures(&report.window(restarted + recover_within, f64::MAX));
-    let first_ok_after = report
-        .samples
-        .iter()
-        .find(|s| s.start_us as f64 / 1e6 >= restarted && s.outcome == Outcome::Ok)
-        .map(|s| s.end_us() as f64 / 1e6 - restarted);
-    let last_fallback_end = report
-        .samples
-        .iter()
-        .filter(|s| s.outcome == Outcome::Fallback)
-        .map(|s| s.end_us() as f64 / 1e6)
-        .fold(f64::NAN, f64::max);
+    let first_ok_after = report.first_ok_after(restarted);
+    let last_fallback_end = report.last_fallback_end();
     s.say(format!(
         "{clients} clients, {:.1} s; Redis SIGKILLed at {killed:.2} s, restarted at {restarted:.2} s (answering PING at {up:.2} s), sickness_ttl {} s",
         report.secs, db.sickness_ttl
@@ -1462,11 +1517,7 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     s.say(format!(
         "first reply {} after the restart; last fallback answered {} after the restart (limit {})",
         first_ok_after.map_or("never".into(), ms),
-        if last_fallback_end.is_nan() {
-            "never".into()
-        } else {
-            ms(last_fallback_end - restarted)
-        },
+        last_fallback_end.map_or("never".into(), |end| ms(end - restarted)),
         ms(recover_within)
     ));
     s.say(format!("counters: {counters}"));
@@ -1518,42 +1569,29 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
     let bound = db.command_bound();
     let (stop_at, frozen_for, tail) = (1.5, 5.0, 1.5);
     let clients = 50;
-    let load = Load::start(LoadSpec {
+    let load = LoadSpec {
         port: s.varnish.port,
         clients,
         duration: Duration::from_secs_f64(stop_at + frozen_for + tail),
         paths: one_command_paths("db"),
         deadline: bound + Duration::from_secs(2),
-    });
-    load.sleep_until(stop_at - 0.3);
-    let before = s.snapshot();
-    load.sleep_until(stop_at);
-    let stopped = load.at();
-    s.redis.freeze();
-    load.sleep_until(stopped + frozen_for);
-    let continued = load.at();
-    s.redis.thaw();
-    let report = load.finish();
-    thread::sleep(Duration::from_millis(300));
-    let after = s.settled_snapshot();
-    let counters = counters(s.varnish.port, "db")?;
+    };
+    let Disruption {
+        report,
+        before,
+        after,
+        counters,
+        started: stopped,
+        restoring: continued,
+        ..
+    } = s.disrupt(load, stop_at, frozen_for, Redis::freeze, Redis::thaw)?;
 
     let all = report.all();
     let frozen = figures(&report.window(stopped, continued));
     let bound_s = bound.as_secs_f64();
     let recovered = figures(&report.window(continued + bound_s, f64::MAX));
-    let last_fallback_end = report
-        .samples
-        .iter()
-        .filter(|s| s.outcome == Outcome::Fallback)
-        .map(|s| s.end_us() as f64 / 1e6)
-        .fold(f64::NAN, f64::max);
-    let first_ok_after = report
-        .samples
-        .iter()
-        .filter(|s| s.outcome == Outcome::Ok && s.end_us() as f64 / 1e6 >= continued)
-        .map(|s| s.end_us() as f64 / 1e6 - continued)
-        .fold(f64::NAN, f64::min);
+    let last_fallback_end = report.last_fallback_end();
+    let first_ok_after = report.first_ok_after(continued);
     s.say(format!(
         "{clients} clients, {:.1} s; connection_timeout {} ms, command_timeout {} ms, retries {retries}, {}; bound per command {} ms; SIGSTOP at {stopped:.2} s, SIGCONT at {continued:.2} s",
         report.secs,
@@ -1570,15 +1608,10 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
     s.say(format!("from SIGCONT + bound on: {recovered}"));
     s.say(format!(
         "after SIGCONT: first reply at +{}, last fallback answered at +{}",
-        if first_ok_after.is_nan() {
-            "never".into()
-        } else {
-            ms(first_ok_after)
-        },
-        if last_fallback_end.is_nan() || last_fallback_end < continued {
-            "0 ms (none after SIGCONT)".into()
-        } else {
-            ms(last_fallback_end - continued)
+        first_ok_after.map_or("never".into(), ms),
+        match last_fallback_end {
+            Some(end) if end >= continued => ms(end - continued),
+            _ => "0 ms (none after SIGCONT)".into(),
         }
     ));
     s.say(format!("counters: {counters}"));

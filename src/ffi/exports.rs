@@ -13,7 +13,7 @@ use super::bindings::{
     VCL_REAL, VCL_STRING,
 };
 use super::{arg_bytes, arg_str, guard, slot_of, Ctx};
-use crate::config::DbArgs;
+use crate::config::{DbArgs, Secret};
 use crate::database::Database;
 use crate::reply::{Reply, ReplyKind};
 use crate::stats::PrometheusOptions;
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn vmod_db__init(
             tls_keyfile: &arg_str(tls_keyfile),
             tls_sni: &arg_str(tls_sni),
             user: &arg_str(user),
-            password: &arg_str(password),
+            password: Secret(&arg_str(password)),
             sickness_ttl,
             ignore_slaves: ignore_slaves != 0,
             max_cluster_hops,
