@@ -724,6 +724,19 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_max_connections_makes_a_bounded_pool() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |args| {
+            args.shared_connections = true;
+            args.max_connections = i64::from(u32::MAX);
+            // Making the slots must not be bounded by this.
+            args.connection_timeout = 1;
+        });
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        assert_eq!(db.pool_state(0), (1, 1));
+    }
+
+    #[test]
     fn a_burst_on_a_fresh_pool_opens_no_more_connections_than_workers() {
         let redis = RedisProcess::start(&[]);
         let db = database(&redis, |args| {

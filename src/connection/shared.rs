@@ -52,6 +52,17 @@ impl Drop for Slot {
     }
 }
 
+/// Most slots a pool holds, whatever `max_connections` says. The slots are
+/// made up front, and a connection in use is held by a worker thread, of
+/// which varnishd runs at most thread_pool_max x thread_pools (5000 x 2 by
+/// default): a `max_connections` of millions would cost memory and time
+/// for nothing.
+pub const MAX_SLOTS: u32 = 10_000;
+
+/// How long r2d2 may take to make a fresh pool's slots (no I/O involved;
+/// not `wait`, which may be a millisecond).
+const SLOTS_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Makes empty slots for r2d2; opening connections is the worker's job.
 pub struct SlotMaker {
     open: Arc<AtomicU32>,
@@ -103,15 +114,16 @@ pub struct SharedLease<'a> {
 }
 
 impl SharedPool {
-    /// `wait` bounds how long a worker waits for a slot; `threads` fills
-    /// r2d2's pool with empty slots (one thread per database).
+    /// `max_size` slots (1 to [`MAX_SLOTS`]); `wait` bounds how long a
+    /// worker waits for one; `threads` fills r2d2's pool with empty slots
+    /// (one thread per database).
     pub fn new(
         location: String,
         max_size: u32,
         wait: Duration,
         threads: Arc<ScheduledThreadPool>,
     ) -> Self {
-        let max_size = max_size.max(1);
+        let max_size = max_size.clamp(1, MAX_SLOTS);
         SharedPool {
             pool: RwLock::new(None),
             location,
@@ -139,7 +151,7 @@ impl SharedPool {
             .max_size(self.max_size)
             .min_idle(Some(self.max_size))
             .test_on_check_out(false)
-            .connection_timeout(self.wait)
+            .connection_timeout(SLOTS_TIMEOUT)
             .idle_timeout(None)
             .max_lifetime(None)
             .thread_pool(self.threads.clone())
