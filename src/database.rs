@@ -103,7 +103,7 @@ impl Database {
             config.location.clone(),
             connector.clone(),
             config.role,
-            health.clone(),
+            health,
         );
         stats.inc(Counter::ServersTotal);
         let pool_thread_name = format!(
@@ -217,24 +217,14 @@ impl Database {
         match &self.connections {
             Connections::Shared(pools) => pools[index]
                 .get(&self.stats, |idle| {
-                    match idle.and_then(|conn| self.still_usable(server, conn, now)) {
-                        Some(conn) => Ok(conn),
-                        None => self.connect(server),
-                    }
+                    let usable = idle.and_then(|conn| self.still_usable(server, conn, now));
+                    usable.map_or_else(|| self.connect(server), Ok)
                 })
                 .map(Lease::Shared),
             Connections::Private(connections) => {
-                let mut usable = None;
-                while let Some(conn) = connections.take(index) {
-                    usable = self.still_usable(server, conn, now);
-                    if usable.is_some() {
-                        break;
-                    }
-                }
-                let conn = match usable {
-                    Some(conn) => conn,
-                    None => self.connect(server)?,
-                };
+                let usable = std::iter::from_fn(|| connections.take(index))
+                    .find_map(|conn| self.still_usable(server, conn, now));
+                let conn = usable.map_or_else(|| self.connect(server), Ok)?;
                 Ok(Lease::Private {
                     connections,
                     stats: &self.stats,

@@ -18,9 +18,6 @@ pub enum Error {
         pool_size: u32,
         detail: String,
     },
-    /// An idle connection that must not be reused (never shown to VCL).
-    #[error("connection discarded: {0}")]
-    Discarded(&'static str),
     #[error("I/O error on {server}: {source}")]
     Io {
         server: String,

@@ -1249,7 +1249,6 @@ impl Drop for ErrorLog {
     }
 }
 
-/// Redis, varnishd with the VCL of `dbs`, and the failures so far.
 /// What [`Setup::disrupt`] saw.
 struct Disruption {
     report: Report,
@@ -1263,6 +1262,7 @@ struct Disruption {
     restored: f64,
 }
 
+/// Redis, varnishd with the VCL of `dbs`, and the failures so far.
 struct Setup {
     name: String,
     redis: Redis,
