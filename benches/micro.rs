@@ -40,7 +40,7 @@ use vmod_redis::config::{DbArgs, DbConfig, Location, Protocol};
 use vmod_redis::connection::private::PrivateConnections;
 use vmod_redis::connection::shared::SharedPool;
 use vmod_redis::connection::{resp, Connector};
-use vmod_redis::database::Database;
+use vmod_redis::database::{Database, TaskConnection};
 use vmod_redis::reply::Reply;
 use vmod_redis::stats::Stats;
 
@@ -301,11 +301,12 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
         ("database_execute_get_shared", true),
     ] {
         let db = database(&redis.sock, shared);
+        let mut task = TaskConnection::default();
         g.bench_function(name, |b| {
             b.iter(|| {
                 let mut c = Command::new(b"GET");
                 c.push(b"foo");
-                black_box(db.execute(&mut c, true, &mut |_| {}).is_ok())
+                black_box(db.execute(&mut c, true, &mut task, &mut |_| {}).is_ok())
             })
         });
     }

@@ -13,6 +13,7 @@ use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::server::{role_from_reply, Health, Server};
+use crate::session::{self, Effect, Lost, Transaction};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 
 /// The `ROLE` request, packed.
@@ -50,38 +51,92 @@ pub struct Database {
 }
 
 /// A connection held for one command; goes back to its thread's list or
-/// to its pool when dropped, unless it broke.
+/// to its pool when dropped, unless it broke or was retired.
 enum Lease<'a> {
-    Private {
-        connections: &'a PrivateConnections,
-        stats: &'a Stats,
-        server: usize,
-        conn: Option<Connection>,
-    },
-    Shared(SharedLease<'a>),
+    Private(PrivateLease<'a>),
+    Shared(SharedLease),
+}
+
+struct PrivateLease<'a> {
+    connections: &'a PrivateConnections,
+    stats: &'a Stats,
+    server: usize,
+    conn: Option<Connection>,
 }
 
 impl Lease<'_> {
     fn conn(&mut self) -> &mut Connection {
         match self {
-            Lease::Private { conn, .. } => conn.as_mut().expect("private lease holds a connection"),
+            Lease::Private(lease) => lease
+                .conn
+                .as_mut()
+                .expect("private lease holds a connection"),
             Lease::Shared(lease) => lease.conn(),
+        }
+    }
+
+    /// Hands the connection to the task, beyond this command.
+    fn pin(self, server: usize, changed: bool, stats: &Arc<Stats>) -> Pinned {
+        let held = match self {
+            Lease::Private(mut lease) => {
+                Held::Private(lease.conn.take().expect("private lease holds a connection"))
+            }
+            Lease::Shared(lease) => Held::Shared(lease),
+        };
+        Pinned {
+            server,
+            held: Some(held),
+            changed,
+            stats: stats.clone(),
         }
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
-        if let Lease::Private {
-            connections,
-            stats,
-            server,
-            conn,
-        } = self
-        {
-            if let Some(conn) = conn.take().filter(|conn| !conn.is_broken()) {
-                connections.give_back(*server, conn, stats);
+        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+            self.connections.give_back(self.server, conn, self.stats);
+        }
+    }
+}
+
+/// What one task keeps of a database between its commands: where its
+/// transaction stands, and the connection a `MULTI` or `WATCH` pinned.
+/// Lives in the task's slot of the database object and ends with it.
+#[derive(Default)]
+pub struct TaskConnection {
+    transaction: Transaction,
+    pinned: Option<Pinned>,
+}
+
+/// A connection kept by one task from `MULTI` / `WATCH` to `EXEC`,
+/// `DISCARD` or `UNWATCH`: its commands all go there, and no other task
+/// gets it meanwhile (in shared mode it keeps its pool slot).
+struct Pinned {
+    server: usize,
+    held: Option<Held>,
+    /// A command changed the connection's state since it was pinned: it
+    /// is closed instead of released when the transaction ends.
+    changed: bool,
+    stats: Arc<Stats>,
+}
+
+enum Held {
+    Private(Connection),
+    Shared(SharedLease),
+}
+
+impl Drop for Pinned {
+    /// The task ended with its transaction open: the connection still
+    /// holds queued commands or watched keys, so it is closed, never
+    /// handed to another task.
+    fn drop(&mut self) {
+        if let Some(mut held) = self.held.take() {
+            match &mut held {
+                Held::Private(conn) => conn.retire(),
+                Held::Shared(lease) => lease.conn().retire(),
             }
+            self.stats.inc(Counter::DroppedState);
         }
     }
 }
@@ -225,12 +280,32 @@ impl Database {
                 let usable = std::iter::from_fn(|| connections.take(index))
                     .find_map(|conn| self.still_usable(server, conn, now));
                 let conn = usable.map_or_else(|| self.connect(server), Ok)?;
-                Ok(Lease::Private {
+                Ok(Lease::Private(PrivateLease {
                     connections,
                     stats: &self.stats,
                     server: index,
                     conn: Some(conn),
+                }))
+            }
+        }
+    }
+
+    /// The lease of a pinned connection, to run a command on it and then
+    /// release or pin it again.
+    fn unpin(&self, mut pinned: Pinned) -> Lease<'_> {
+        let held = pinned.held.take().expect("a pin holds its connection");
+        match (held, &self.connections) {
+            (Held::Shared(lease), _) => Lease::Shared(lease),
+            (Held::Private(conn), Connections::Private(connections)) => {
+                Lease::Private(PrivateLease {
+                    connections,
+                    stats: &self.stats,
+                    server: pinned.server,
+                    conn: Some(conn),
                 })
+            }
+            (Held::Private(_), Connections::Shared(_)) => {
+                unreachable!("a private pin comes from a private database")
             }
         }
     }
@@ -256,14 +331,17 @@ impl Database {
         })
     }
 
-    /// Runs `command` and returns its reply (error replies included). A
-    /// failed attempt (connection, I/O, timeout) is retried on a new
-    /// connection up to the retry count. `debug` receives routing and
-    /// connection decisions when the object has `debug=true`.
+    /// Runs `command` for the task that holds `task` and returns its reply
+    /// (error replies included). A failed attempt (connection, I/O,
+    /// timeout) is retried on a new connection up to the retry count,
+    /// except on a connection the task's transaction pinned. `debug`
+    /// receives routing and connection decisions when the object has
+    /// `debug=true`.
     pub fn execute(
         &self,
         command: &mut Command,
         master: bool,
+        task: &mut TaskConnection,
         debug: &mut dyn FnMut(&str),
     ) -> Result<Reply> {
         let timeout = command
@@ -278,17 +356,29 @@ impl Database {
                 limit: MAX_COMMAND_BYTES,
             });
         }
+        let effect = session::effect(command);
+        let refused = match effect {
+            Effect::Refused(reason) => Err(Error::Refused {
+                command: command.logged_name(),
+                reason,
+            }),
+            _ => task
+                .transaction
+                .admit(effect)
+                .map_err(|Lost| Error::TransactionLost),
+        };
+        if let Err(err) = refused {
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(err);
+        }
+        if let Some(pinned) = task.pinned.take() {
+            return self.execute_pinned(command, effect, pinned, timeout, task, debug);
+        }
         let mut attempt = 0;
         loop {
             match self.attempt(command, master, timeout, debug) {
-                Ok(reply) => {
-                    // As in the C VMOD: `total` counts commands that got a
-                    // reply, `failed` every attempt that got none.
-                    self.stats.inc(Counter::CommandsTotal);
-                    if matches!(reply, Reply::Error(_)) {
-                        self.stats.inc(Counter::CommandsError);
-                    }
-                    return Ok(reply);
+                Ok((reply, lease, server)) => {
+                    return Ok(self.settle(reply, effect, lease, server, false, task));
                 }
                 Err(err) if attempt < retries => {
                     self.stats.inc(Counter::CommandsFailed);
@@ -306,13 +396,80 @@ impl Database {
         }
     }
 
+    /// A command of a task whose transaction holds a connection. No retry:
+    /// another connection would run it outside the transaction, so a
+    /// failure closes the connection and loses the transaction.
+    fn execute_pinned(
+        &self,
+        command: &mut Command,
+        effect: Effect,
+        pinned: Pinned,
+        timeout: Option<Duration>,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(&str),
+    ) -> Result<Reply> {
+        let (index, changed) = (pinned.server, pinned.changed);
+        let server = &self.servers[index];
+        if self.config.debug {
+            debug(&format!(
+                "sending {} to {} on the connection of this task's transaction",
+                command.logged_name(),
+                server.connector.location()
+            ));
+        }
+        let mut lease = self.unpin(pinned);
+        let in_multi = task.transaction.in_multi();
+        match self.send(lease.conn(), server, command, timeout, in_multi) {
+            Ok(reply) => Ok(self.settle(reply, effect, lease, index, changed, task)),
+            Err(err) => {
+                // Failed requests leave the connection broken; make sure
+                // nothing queued on it can reach another task.
+                lease.conn().retire();
+                task.transaction.lose();
+                self.stats.inc(Counter::CommandsFailed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Counts a reply and decides where its connection goes: kept by the
+    /// task while its transaction is open, closed when a command changed
+    /// its state (`changed`: earlier in the transaction), else released.
+    fn settle(
+        &self,
+        reply: Reply,
+        effect: Effect,
+        mut lease: Lease<'_>,
+        server: usize,
+        changed: bool,
+        task: &mut TaskConnection,
+    ) -> Reply {
+        // As in the C VMOD: `total` counts commands that got a reply,
+        // `failed` every attempt that got none.
+        self.stats.inc(Counter::CommandsTotal);
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.inc(Counter::CommandsError);
+        }
+        task.transaction.after_reply(effect, &reply);
+        let changed = changed || matches!(effect, Effect::Changes | Effect::Reset);
+        if task.transaction.is_open() {
+            task.pinned = Some(lease.pin(server, changed, &self.stats));
+        } else if changed {
+            lease.conn().retire();
+            self.stats.inc(Counter::DroppedState);
+        }
+        reply
+    }
+
+    /// One try of a command on a connection of its own: the reply, and the
+    /// lease of the connection it came on (on server `index`).
     fn attempt(
         &self,
         command: &mut Command,
         master: bool,
         timeout: Option<Duration>,
         debug: &mut dyn FnMut(&str),
-    ) -> Result<Reply> {
+    ) -> Result<(Reply, Lease<'_>, usize)> {
         let index = self.pick_server(master)?;
         let server = &self.servers[index];
         if self.config.debug {
@@ -333,7 +490,26 @@ impl Database {
                 }
             }
         }
-        match command.packed_as_evalsha() {
+        let reply = self.send(conn, server, command, timeout, false)?;
+        Ok((reply, lease, index))
+    }
+
+    /// Sends `command` on `conn`: an `EVAL` as `EVALSHA` first, unless
+    /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
+    fn send(
+        &self,
+        conn: &mut Connection,
+        server: &Server,
+        command: &mut Command,
+        timeout: Option<Duration>,
+        in_multi: bool,
+    ) -> Result<Reply> {
+        let evalsha = if in_multi {
+            None
+        } else {
+            command.packed_as_evalsha()
+        };
+        match evalsha {
             Some(evalsha) => match self.request(conn, server, &evalsha, timeout)? {
                 Reply::Error(text) if text.starts_with("NOSCRIPT") => {
                     self.stats.inc(Counter::CommandsNoscript);
@@ -477,11 +653,16 @@ mod tests {
     }
 
     fn run(db: &Database, args: &[&str]) -> Result<Reply> {
+        run_in(db, &mut TaskConnection::default(), args)
+    }
+
+    /// `args` as a command of the task that holds `task`.
+    fn run_in(db: &Database, task: &mut TaskConnection, args: &[&str]) -> Result<Reply> {
         let mut command = Command::new(args[0].as_bytes());
         for arg in &args[1..] {
             command.push(arg.as_bytes());
         }
-        db.execute(&mut command, true, &mut |_| {})
+        db.execute(&mut command, true, task, &mut |_| {})
     }
 
     #[test]
@@ -513,7 +694,14 @@ mod tests {
         let mut command = Command::new(b"SET");
         command.push(b"big");
         command.push(&vec![b'x'; MAX_COMMAND_BYTES]);
-        let err = db.execute(&mut command, true, &mut |_| {}).unwrap_err();
+        let err = db
+            .execute(
+                &mut command,
+                true,
+                &mut TaskConnection::default(),
+                &mut |_| {},
+            )
+            .unwrap_err();
         assert!(
             err.to_string().starts_with("command of 16777")
                 && err
@@ -805,6 +993,171 @@ mod tests {
         );
         let double = run(&db, &["EVAL", "redis.setresp(3); return {double=1.5}", "0"]).unwrap();
         assert_eq!(double, Reply::Double(1.5));
+    }
+
+    fn queued() -> Reply {
+        Reply::Status("QUEUED".into())
+    }
+
+    #[test]
+    fn a_transaction_keeps_its_connection_until_exec_in_both_modes() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 2;
+            });
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["MULTI"]).unwrap();
+            assert_eq!(
+                run_in(&db, &mut task, &["SET", "t", "1"]).unwrap(),
+                queued()
+            );
+            // Another task meanwhile: its own connection, not queued.
+            assert_eq!(
+                run(&db, &["GET", "t"]).unwrap(),
+                Reply::Nil,
+                "shared={shared}"
+            );
+            assert_eq!(run_in(&db, &mut task, &["INCR", "t"]).unwrap(), queued());
+            assert_eq!(
+                run_in(&db, &mut task, &["EXEC"]).unwrap(),
+                Reply::Array(vec![Reply::Status("OK".into()), Reply::Integer(2)])
+            );
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+            // Released: the next command reuses it and runs at once.
+            assert_eq!(
+                run_in(&db, &mut task, &["GET", "t"]).unwrap(),
+                Reply::String(b"2".to_vec())
+            );
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+            assert_eq!(db.stats().get(Counter::DroppedState), 0);
+            redis.cli(&["DEL", "t"]);
+        }
+    }
+
+    #[test]
+    fn a_task_ending_in_a_transaction_closes_its_connection() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 1;
+            });
+            for open in [&["MULTI"][..], &["WATCH", "w"]] {
+                let mut task = TaskConnection::default();
+                run_in(&db, &mut task, open).unwrap();
+                drop(task);
+                assert_eq!(
+                    run(&db, &["SET", "w", "1"]).unwrap(),
+                    Reply::Status("OK".into())
+                );
+                // A WATCH left on the connection would abort this.
+                let mut task = TaskConnection::default();
+                run_in(&db, &mut task, &["MULTI"]).unwrap();
+                run_in(&db, &mut task, &["SET", "w", "2"]).unwrap();
+                assert_eq!(
+                    run_in(&db, &mut task, &["EXEC"]).unwrap(),
+                    Reply::Array(vec![Reply::Status("OK".into())]),
+                    "shared={shared} {open:?}"
+                );
+            }
+            assert_eq!(db.stats().get(Counter::DroppedState), 2, "shared={shared}");
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
+        }
+    }
+
+    #[test]
+    fn eval_inside_multi_goes_out_as_eval() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |_| {});
+        let mut task = TaskConnection::default();
+        run_in(&db, &mut task, &["MULTI"]).unwrap();
+        run_in(&db, &mut task, &["EVAL", "return ARGV[1]", "0", "ran"]).unwrap();
+        assert_eq!(
+            run_in(&db, &mut task, &["EXEC"]).unwrap(),
+            Reply::Array(vec![Reply::String(b"ran".to_vec())])
+        );
+        assert_eq!(db.stats().get(Counter::CommandsNoscript), 0);
+    }
+
+    #[test]
+    fn a_command_that_changes_the_connection_closes_it() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 1;
+            });
+            run(&db, &["SELECT", "5"]).unwrap();
+            run(&db, &["SET", "s", "db0"]).unwrap();
+            assert_eq!(redis.cli(&["GET", "s"]), "db0", "shared={shared}");
+            // Inside a transaction: closed when it ends, not before.
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["WATCH", "s"]).unwrap();
+            run_in(&db, &mut task, &["CLIENT", "SETNAME", "x"]).unwrap();
+            assert_eq!(
+                run_in(&db, &mut task, &["CLIENT", "GETNAME"]).unwrap(),
+                Reply::String(b"x".to_vec())
+            );
+            run_in(&db, &mut task, &["UNWATCH"]).unwrap();
+            assert_eq!(run(&db, &["CLIENT", "GETNAME"]).unwrap(), Reply::Nil);
+            assert_eq!(db.stats().get(Counter::DroppedState), 2);
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
+            redis.cli(&["DEL", "s"]);
+        }
+    }
+
+    #[test]
+    fn refused_commands_are_not_sent() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |_| {});
+        for args in [
+            &["subscribe", "ch"][..],
+            &["MONITOR"],
+            &["CLIENT", "REPLY", "OFF"],
+        ] {
+            let err = run(&db, args).unwrap_err();
+            assert!(
+                matches!(&err, Error::Refused { command, .. } if command == args[0]),
+                "{err}"
+            );
+        }
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 0);
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 3);
+    }
+
+    #[test]
+    fn a_failed_pinned_connection_loses_the_transaction() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_command_retries = 3;
+            });
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["MULTI"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            // Not retried elsewhere, where it would run at once.
+            assert!(matches!(
+                run_in(&db, &mut task, &["SET", "lost", "1"]),
+                Err(Error::Io { .. })
+            ));
+            assert!(matches!(
+                run_in(&db, &mut task, &["SET", "lost", "2"]),
+                Err(Error::TransactionLost)
+            ));
+            assert!(matches!(
+                run_in(&db, &mut task, &["EXEC"]),
+                Err(Error::TransactionLost)
+            ));
+            assert_eq!(redis.cli(&["EXISTS", "lost"]), "0");
+            assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+            assert_eq!(
+                run_in(&db, &mut task, &["PING"]).unwrap(),
+                Reply::Status("PONG".into())
+            );
+        }
     }
 
     #[test]

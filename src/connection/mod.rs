@@ -283,6 +283,12 @@ impl Connection {
         self.broken
     }
 
+    /// Marks the connection as not to be reused: a command changed its
+    /// state (`SELECT`, `CLIENT SETNAME`...), so it is closed when released.
+    pub fn retire(&mut self) {
+        self.broken = true;
+    }
+
     /// True once the connection has lived `ttl`.
     pub fn expired(&self, ttl: Option<Duration>, now: Instant) -> bool {
         ttl.is_some_and(|ttl| now.duration_since(self.created) >= ttl)

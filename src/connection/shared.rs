@@ -96,7 +96,7 @@ pub struct SharedPool {
     max_size: u32,
     wait: Duration,
     /// One permit per slot.
-    gate: FairGate,
+    gate: Arc<FairGate>,
     threads: Arc<ScheduledThreadPool>,
     /// Connections open in the slots, leased or idle.
     open: Arc<AtomicU32>,
@@ -104,13 +104,14 @@ pub struct SharedPool {
     leased: Arc<AtomicU32>,
 }
 
-/// A slot with an open connection, held for one command. Dropping it puts
-/// the slot back (without the connection if it broke), and only then (fields
-/// drop in order) lets the next worker in.
-pub struct SharedLease<'a> {
+/// A slot with an open connection, held for one command (or by a task from
+/// `MULTI` to `EXEC`, hence owned). Dropping it puts the slot back (without
+/// the connection if it broke), and only then (fields drop in order) lets
+/// the next worker in.
+pub struct SharedLease {
     slot: r2d2::PooledConnection<SlotMaker>,
-    leased: &'a AtomicU32,
-    _permit: Permit<'a>,
+    leased: Arc<AtomicU32>,
+    _permit: Permit,
 }
 
 impl SharedPool {
@@ -129,7 +130,7 @@ impl SharedPool {
             location,
             max_size,
             wait,
-            gate: FairGate::new(max_size),
+            gate: Arc::new(FairGate::new(max_size)),
             threads,
             open: Arc::default(),
             leased: Arc::default(),
@@ -169,7 +170,7 @@ impl SharedPool {
         &self,
         stats: &Stats,
         refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
-    ) -> Result<SharedLease<'_>, Error> {
+    ) -> Result<SharedLease, Error> {
         let started = Instant::now();
         let deadline = started + self.wait;
         let timeout = |detail: &str| Error::PoolTimeout {
@@ -199,7 +200,7 @@ impl SharedPool {
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {
             slot,
-            leased: &self.leased,
+            leased: self.leased.clone(),
             _permit: permit,
         })
     }
@@ -220,7 +221,7 @@ impl SharedPool {
     }
 }
 
-impl SharedLease<'_> {
+impl SharedLease {
     pub fn conn(&mut self) -> &mut Connection {
         self.slot
             .conn
@@ -229,7 +230,7 @@ impl SharedLease<'_> {
     }
 }
 
-impl Drop for SharedLease<'_> {
+impl Drop for SharedLease {
     fn drop(&mut self) {
         if self.slot.conn.as_ref().is_some_and(Connection::is_broken) {
             drop(self.slot.take());
