@@ -13,7 +13,7 @@ use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::server::{role_from_reply, Health, Server};
-use crate::session::{self, Effect, Lost, Transaction};
+use crate::session::{self, Effect, Session};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 
 /// The `ROLE` request, packed.
@@ -76,7 +76,7 @@ impl Lease<'_> {
     }
 
     /// Hands the connection to the task, beyond this command.
-    fn pin(self, server: usize, changed: bool, stats: &Arc<Stats>) -> Pinned {
+    fn pin(self, server: usize, stats: &Arc<Stats>) -> Pinned {
         let held = match self {
             Lease::Private(mut lease) => {
                 Held::Private(lease.conn.take().expect("private lease holds a connection"))
@@ -86,7 +86,6 @@ impl Lease<'_> {
         Pinned {
             server,
             held: Some(held),
-            changed,
             stats: stats.clone(),
         }
     }
@@ -100,24 +99,23 @@ impl Drop for PrivateLease<'_> {
     }
 }
 
-/// What one task keeps of a database between its commands: where its
-/// transaction stands, and the connection a `MULTI` or `WATCH` pinned.
-/// Lives in the task's slot of the database object and ends with it.
+/// What one task keeps of a database between its commands: what it left
+/// on its connection, and that connection while it matters. Lives in the
+/// task's slot of the database object and ends with it.
 #[derive(Default)]
 pub struct TaskConnection {
-    transaction: Transaction,
+    session: Session,
     pinned: Option<Pinned>,
 }
 
-/// A connection kept by one task from `MULTI` / `WATCH` to `EXEC`,
-/// `DISCARD` or `UNWATCH`: its commands all go there, and no other task
-/// gets it meanwhile (in shared mode it keeps its pool slot).
+/// A connection kept by one task, from `MULTI` / `WATCH` to `EXEC`,
+/// `DISCARD` or `UNWATCH`, or from a command that changed its state
+/// (`SELECT`...) to the end of the task: the task's commands all go there,
+/// and no other task gets it meanwhile (in shared mode it keeps its pool
+/// slot).
 struct Pinned {
     server: usize,
     held: Option<Held>,
-    /// A command changed the connection's state since it was pinned: it
-    /// is closed instead of released when the transaction ends.
-    changed: bool,
     stats: Arc<Stats>,
 }
 
@@ -127,8 +125,8 @@ enum Held {
 }
 
 impl Drop for Pinned {
-    /// The task ended with its transaction open: the connection still
-    /// holds queued commands or watched keys, so it is closed, never
+    /// The task ended with the connection pinned: it still holds queued
+    /// commands, watched keys or a changed state, so it is closed, never
     /// handed to another task.
     fn drop(&mut self) {
         if let Some(mut held) = self.held.take() {
@@ -358,14 +356,8 @@ impl Database {
         }
         let effect = session::effect(command);
         let refused = match effect {
-            Effect::Refused(reason) => Err(Error::Refused {
-                command: command.logged_name(),
-                reason,
-            }),
-            _ => task
-                .transaction
-                .admit(effect)
-                .map_err(|Lost| Error::TransactionLost),
+            Effect::Refused(reason) => Err(Error::Refused { reason }),
+            _ => task.session.admit(effect).map_err(Error::Lost),
         };
         if let Err(err) = refused {
             self.stats.inc(Counter::CommandsFailed);
@@ -378,7 +370,7 @@ impl Database {
         loop {
             match self.attempt(command, master, timeout, debug) {
                 Ok((reply, lease, server)) => {
-                    return Ok(self.settle(reply, effect, lease, server, false, task));
+                    return Ok(self.settle(reply, effect, lease, server, task));
                 }
                 Err(err) if attempt < retries => {
                     self.stats.inc(Counter::CommandsFailed);
@@ -396,9 +388,10 @@ impl Database {
         }
     }
 
-    /// A command of a task whose transaction holds a connection. No retry:
-    /// another connection would run it outside the transaction, so a
-    /// failure closes the connection and loses the transaction.
+    /// A command of a task that keeps a connection. No retry: another
+    /// connection would run it outside the task's transaction (or without
+    /// the state it set), so a failure closes the connection and loses
+    /// them.
     fn execute_pinned(
         &self,
         command: &mut Command,
@@ -408,24 +401,24 @@ impl Database {
         task: &mut TaskConnection,
         debug: &mut dyn FnMut(&str),
     ) -> Result<Reply> {
-        let (index, changed) = (pinned.server, pinned.changed);
+        let index = pinned.server;
         let server = &self.servers[index];
         if self.config.debug {
             debug(&format!(
-                "sending {} to {} on the connection of this task's transaction",
+                "sending {} to {} on the connection this task keeps",
                 command.logged_name(),
                 server.connector.location()
             ));
         }
         let mut lease = self.unpin(pinned);
-        let in_multi = task.transaction.in_multi();
+        let in_multi = task.session.in_multi();
         match self.send(lease.conn(), server, command, timeout, in_multi) {
-            Ok(reply) => Ok(self.settle(reply, effect, lease, index, changed, task)),
+            Ok(reply) => Ok(self.settle(reply, effect, lease, index, task)),
             Err(err) => {
                 // Failed requests leave the connection broken; make sure
-                // nothing queued on it can reach another task.
+                // nothing left on it can reach another task.
                 lease.conn().retire();
-                task.transaction.lose();
+                task.session.lose();
                 self.stats.inc(Counter::CommandsFailed);
                 Err(err)
             }
@@ -433,15 +426,14 @@ impl Database {
     }
 
     /// Counts a reply and decides where its connection goes: kept by the
-    /// task while its transaction is open, closed when a command changed
-    /// its state (`changed`: earlier in the transaction), else released.
+    /// task while what it left there matters, closed after `QUIT`, else
+    /// released.
     fn settle(
         &self,
         reply: Reply,
         effect: Effect,
         mut lease: Lease<'_>,
         server: usize,
-        changed: bool,
         task: &mut TaskConnection,
     ) -> Reply {
         // As in the C VMOD: `total` counts commands that got a reply,
@@ -450,13 +442,13 @@ impl Database {
         if matches!(reply, Reply::Error(_)) {
             self.stats.inc(Counter::CommandsError);
         }
-        task.transaction.after_reply(effect, &reply);
-        let changed = changed || matches!(effect, Effect::Changes | Effect::Reset);
-        if task.transaction.is_open() {
-            task.pinned = Some(lease.pin(server, changed, &self.stats));
-        } else if changed {
+        task.session.after_reply(effect, &reply);
+        if effect == Effect::Quit {
+            // Closed by the server: not a failure, nor a connection to reuse.
             lease.conn().retire();
             self.stats.inc(Counter::DroppedState);
+        } else if task.session.keeps_connection() {
+            task.pinned = Some(lease.pin(server, &self.stats));
         }
         reply
     }
@@ -1082,29 +1074,38 @@ mod tests {
     }
 
     #[test]
-    fn a_command_that_changes_the_connection_closes_it() {
+    fn a_changed_connection_serves_its_task_then_is_closed() {
         let redis = RedisProcess::start(&[]);
         for shared in [false, true] {
             let db = database(&redis, |args| {
                 args.shared_connections = shared;
                 args.max_connections = 1;
             });
-            run(&db, &["SELECT", "5"]).unwrap();
-            run(&db, &["SET", "s", "db0"]).unwrap();
-            assert_eq!(redis.cli(&["GET", "s"]), "db0", "shared={shared}");
-            // Inside a transaction: closed when it ends, not before.
             let mut task = TaskConnection::default();
-            run_in(&db, &mut task, &["WATCH", "s"]).unwrap();
+            run_in(&db, &mut task, &["SELECT", "5"]).unwrap();
+            run_in(&db, &mut task, &["SET", "s", "db5"]).unwrap();
             run_in(&db, &mut task, &["CLIENT", "SETNAME", "x"]).unwrap();
             assert_eq!(
                 run_in(&db, &mut task, &["CLIENT", "GETNAME"]).unwrap(),
                 Reply::String(b"x".to_vec())
             );
-            run_in(&db, &mut task, &["UNWATCH"]).unwrap();
+            drop(task);
+            assert_eq!(
+                redis.cli(&["-n", "5", "GET", "s"]),
+                "db5",
+                "shared={shared}"
+            );
+            assert_eq!(run(&db, &["GET", "s"]).unwrap(), Reply::Nil);
             assert_eq!(run(&db, &["CLIENT", "GETNAME"]).unwrap(), Reply::Nil);
-            assert_eq!(db.stats().get(Counter::DroppedState), 2);
-            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
-            redis.cli(&["DEL", "s"]);
+            // QUIT: closed at once, not counted as a failure.
+            run(&db, &["QUIT"]).unwrap();
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            let stats = db.stats();
+            assert_eq!(stats.get(Counter::DroppedState), 2);
+            assert_eq!(stats.get(Counter::ConnectionsTotal), 3);
+            assert_eq!(stats.get(Counter::CommandsFailed), 0);
+            assert_eq!(stats.get(Counter::DroppedHungUp), 0);
+            redis.cli(&["-n", "5", "DEL", "s"]);
         }
     }
 
@@ -1118,10 +1119,7 @@ mod tests {
             &["CLIENT", "REPLY", "OFF"],
         ] {
             let err = run(&db, args).unwrap_err();
-            assert!(
-                matches!(&err, Error::Refused { command, .. } if command == args[0]),
-                "{err}"
-            );
+            assert!(matches!(&err, Error::Refused { .. }), "{err}");
         }
         assert_eq!(db.stats().get(Counter::ConnectionsTotal), 0);
         assert_eq!(db.stats().get(Counter::CommandsFailed), 3);
@@ -1145,11 +1143,11 @@ mod tests {
             ));
             assert!(matches!(
                 run_in(&db, &mut task, &["SET", "lost", "2"]),
-                Err(Error::TransactionLost)
+                Err(Error::Lost(session::Lost::Transaction))
             ));
             assert!(matches!(
                 run_in(&db, &mut task, &["EXEC"]),
-                Err(Error::TransactionLost)
+                Err(Error::Lost(session::Lost::Transaction))
             ));
             assert_eq!(redis.cli(&["EXISTS", "lost"]), "0");
             assert_eq!(db.stats().get(Counter::CommandsRetried), 0);

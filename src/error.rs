@@ -31,13 +31,10 @@ pub enum Error {
     NoCommand,
     #[error("command of {size} bytes is larger than the {limit} bytes limit")]
     CommandTooLarge { size: usize, limit: usize },
-    #[error("{command} refused: {reason}")]
-    Refused {
-        command: String,
-        reason: &'static str,
-    },
-    #[error("not sent: the connection of this task's MULTI / WATCH failed, so the transaction is lost (until EXEC, DISCARD or UNWATCH, which fail too)")]
-    TransactionLost,
+    #[error("refused, not sent: {reason}")]
+    Refused { reason: &'static str },
+    #[error("not sent: {0}")]
+    Lost(crate::session::Lost),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

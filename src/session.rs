@@ -17,17 +17,19 @@ use crate::reply::Reply;
 pub(crate) enum Effect {
     /// Nothing that outlives its reply: most commands.
     None,
-    /// Transaction commands: see [`Transaction::after_reply`].
+    /// Transaction commands: see [`Session::after_reply`].
     Multi,
     Exec,
     Discard,
     Watch,
     Unwatch,
     /// Changes the connection for later commands (database, user,
-    /// protocol, name...): it is closed when the task releases it.
+    /// protocol, name...): the task keeps it to its end, then it is closed.
     Changes,
-    /// `RESET`: changes the connection and ends its transaction.
+    /// `RESET`: ends the transaction, and changes the connection as above.
     Reset,
+    /// `QUIT`: the server closes the connection after its reply.
+    Quit,
     /// Can never work with one reply per command: refused before sending,
     /// for the reason given.
     Refused(&'static str),
@@ -49,8 +51,7 @@ const TABLE: &[(&str, &str, Effect)] = &[
     ("SELECT", "", Effect::Changes),
     ("AUTH", "", Effect::Changes),
     ("HELLO", "", Effect::Changes),
-    // The server closes the connection after its reply.
-    ("QUIT", "", Effect::Changes),
+    ("QUIT", "", Effect::Quit),
     ("READONLY", "", Effect::Changes),
     ("READWRITE", "", Effect::Changes),
     ("CLIENT", "SETNAME", Effect::Changes),
@@ -106,22 +107,42 @@ pub(crate) fn effect(command: &Command) -> Effect {
         .map_or(Effect::None, |(_, _, effect)| *effect)
 }
 
-/// Where a task's transaction stands on the connection it pinned. The
-/// connection stays with the task while [`is_open`](Self::is_open).
+/// What a task has left on the connection it keeps (pinned): an open
+/// transaction, or a changed state. The connection stays with the task
+/// while [`keeps_connection`](Self::keeps_connection).
 #[derive(Debug, Default)]
-pub(crate) struct Transaction {
+pub(crate) struct Session {
     /// After `MULTI`: commands are queued until `EXEC` / `DISCARD`.
     multi: bool,
     /// After `WATCH`: keys watched until `EXEC`, `DISCARD` or `UNWATCH`.
     watch: bool,
-    /// The pinned connection failed while the transaction was open.
-    lost: bool,
+    /// After `SELECT`, `AUTH`, `CLIENT SETNAME`...: the task's later
+    /// commands expect that state, other tasks must not get it.
+    changed: bool,
+    /// The kept connection failed.
+    lost: Option<Lost>,
 }
 
-impl Transaction {
-    /// The task needs its pinned connection for the next command.
-    pub(crate) fn is_open(&self) -> bool {
-        self.multi || self.watch
+/// What a task lost with the connection it kept; its later commands are
+/// not sent (see [`Session::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Lost {
+    #[error(
+        "the connection of this task's MULTI / WATCH failed, so its transaction is lost \
+         (until EXEC, DISCARD, UNWATCH or RESET, which are not sent either)"
+    )]
+    Transaction,
+    #[error(
+        "the connection whose state this task changed (SELECT, AUTH, HELLO, CLIENT...) \
+         failed; commands would run without that state (until RESET, which is not sent either)"
+    )]
+    State,
+}
+
+impl Session {
+    /// The task needs its pinned connection for its next command.
+    pub(crate) fn keeps_connection(&self) -> bool {
+        self.multi || self.watch || self.changed
     }
 
     /// Commands are being queued: an `EVAL` must go out as `EVAL`, since
@@ -130,40 +151,51 @@ impl Transaction {
         self.multi
     }
 
-    /// The pinned connection failed: what was queued or watched is gone.
+    /// The kept connection failed: what was queued, watched or set on it
+    /// is gone.
     pub(crate) fn lose(&mut self) {
-        *self = Transaction {
-            lost: true,
-            ..Transaction::default()
+        let lost = if self.changed {
+            Lost::State
+        } else {
+            Lost::Transaction
+        };
+        *self = Session {
+            lost: Some(lost),
+            ..Session::default()
         };
     }
 
     /// Whether a command may be sent. After a [`lose`](Self::lose), the
-    /// commands the task meant for its transaction would run outside it
-    /// (and an `EXEC` after a lost `WATCH` would succeed unchecked), so
-    /// every command fails until the task ends its transaction (`EXEC`,
-    /// `DISCARD`, `UNWATCH`, `RESET`: these fail too, and clear it).
+    /// commands the task meant for its transaction (or its changed
+    /// connection) would run without it, and an `EXEC` after a lost
+    /// `WATCH` would succeed unchecked: every command fails until the task
+    /// ends what it lost (`EXEC`, `DISCARD`, `UNWATCH` a transaction,
+    /// `RESET` anything: these fail too, and clear it).
     pub(crate) fn admit(&mut self, effect: Effect) -> Result<(), Lost> {
-        if !self.lost {
+        let Some(lost) = self.lost else {
             return Ok(());
+        };
+        let ends = match lost {
+            Lost::Transaction => matches!(
+                effect,
+                Effect::Exec | Effect::Discard | Effect::Unwatch | Effect::Reset
+            ),
+            Lost::State => effect == Effect::Reset,
+        };
+        if ends {
+            self.lost = None;
         }
-        if matches!(
-            effect,
-            Effect::Exec | Effect::Discard | Effect::Unwatch | Effect::Reset
-        ) {
-            self.lost = false;
-        }
-        Err(Lost)
+        Err(lost)
     }
 
     /// Follows the server's state after `reply` to a command of `effect`
-    /// (as Redis 7 does it: an error reply changes nothing, except that
-    /// `EXEC` ends a transaction whatever it returns).
+    /// (as Redis 7 does it: an error reply opens nothing, and `EXEC` ends a
+    /// transaction whatever it returns).
     pub(crate) fn after_reply(&mut self, effect: Effect, reply: &Reply) {
         let refused = matches!(reply, Reply::Error(_));
         match effect {
             Effect::Multi if !refused => self.multi = true,
-            // Refused inside MULTI; queued ones are not commands yet.
+            // Refused inside MULTI.
             Effect::Watch if !refused && !self.multi => self.watch = true,
             Effect::Exec | Effect::Discard if self.multi => {
                 self.multi = false;
@@ -171,18 +203,21 @@ impl Transaction {
             }
             // Inside MULTI, UNWATCH is only queued.
             Effect::Unwatch if !self.multi => self.watch = false,
+            // Kept whatever the reply: a refused SELECT changed nothing,
+            // but keeping the connection to the task's end costs little.
+            Effect::Changes => self.changed = true,
             Effect::Reset => {
-                self.multi = false;
-                self.watch = false;
+                *self = Session {
+                    changed: true,
+                    ..Session::default()
+                }
             }
+            // The connection is gone with whatever was on it.
+            Effect::Quit => *self = Session::default(),
             _ => {}
         }
     }
 }
-
-/// [`Transaction::admit`] refused a command.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Lost;
 
 #[cfg(test)]
 mod tests {
@@ -264,69 +299,101 @@ mod tests {
     }
 
     #[test]
-    fn multi_opens_until_exec_or_discard() {
+    fn multi_keeps_the_connection_until_exec_or_discard() {
         for end in [Effect::Exec, Effect::Discard] {
-            let mut t = Transaction::default();
-            t.after_reply(Effect::Multi, &ok());
-            assert!(t.is_open() && t.in_multi());
-            t.after_reply(Effect::None, &Reply::Status("QUEUED".into()));
+            let mut s = Session::default();
+            s.after_reply(Effect::Multi, &ok());
+            assert!(s.keeps_connection() && s.in_multi());
+            s.after_reply(Effect::None, &Reply::Status("QUEUED".into()));
             // Queued: nothing ends yet.
-            t.after_reply(Effect::Unwatch, &Reply::Status("QUEUED".into()));
-            assert!(t.is_open());
+            s.after_reply(Effect::Unwatch, &Reply::Status("QUEUED".into()));
+            assert!(s.keeps_connection());
             // EXECABORT is an error reply, and still ends the transaction.
-            t.after_reply(end, &error());
-            assert!(!t.is_open() && !t.in_multi(), "{end:?}");
+            s.after_reply(end, &error());
+            assert!(!s.keeps_connection() && !s.in_multi(), "{end:?}");
         }
     }
 
     #[test]
-    fn watch_opens_until_unwatch_exec_or_discard() {
-        let mut t = Transaction::default();
-        t.after_reply(Effect::Watch, &ok());
-        assert!(t.is_open() && !t.in_multi());
+    fn watch_keeps_the_connection_until_unwatch_exec_or_discard() {
+        let mut s = Session::default();
+        s.after_reply(Effect::Watch, &ok());
+        assert!(s.keeps_connection() && !s.in_multi());
         // EXEC without MULTI is refused and keeps the watch.
-        t.after_reply(Effect::Exec, &error());
-        assert!(t.is_open());
-        t.after_reply(Effect::Unwatch, &ok());
-        assert!(!t.is_open());
+        s.after_reply(Effect::Exec, &error());
+        assert!(s.keeps_connection());
+        s.after_reply(Effect::Unwatch, &ok());
+        assert!(!s.keeps_connection());
 
-        t.after_reply(Effect::Watch, &ok());
-        t.after_reply(Effect::Multi, &ok());
-        t.after_reply(Effect::Exec, &Reply::Nil);
-        assert!(!t.is_open(), "EXEC unwatches");
-
-        t.after_reply(Effect::Watch, &ok());
-        t.after_reply(Effect::Reset, &Reply::Status("RESET".into()));
-        assert!(!t.is_open());
+        s.after_reply(Effect::Watch, &ok());
+        s.after_reply(Effect::Multi, &ok());
+        s.after_reply(Effect::Exec, &Reply::Nil);
+        assert!(!s.keeps_connection(), "EXEC unwatches");
     }
 
     #[test]
-    fn refused_commands_open_nothing() {
-        let mut t = Transaction::default();
-        t.after_reply(Effect::Multi, &error());
-        t.after_reply(Effect::Watch, &error());
-        assert!(!t.is_open());
+    fn refused_transaction_commands_open_nothing() {
+        let mut s = Session::default();
+        s.after_reply(Effect::Multi, &error());
+        s.after_reply(Effect::Watch, &error());
+        assert!(!s.keeps_connection());
         // WATCH inside MULTI is an error; the DISCARD then ends it all.
-        t.after_reply(Effect::Multi, &ok());
-        t.after_reply(Effect::Watch, &error());
-        t.after_reply(Effect::Discard, &ok());
-        assert!(!t.is_open());
+        s.after_reply(Effect::Multi, &ok());
+        s.after_reply(Effect::Watch, &error());
+        s.after_reply(Effect::Discard, &ok());
+        assert!(!s.keeps_connection());
+    }
+
+    #[test]
+    fn a_changed_connection_is_kept_to_the_end_but_quit_ends_everything() {
+        let mut s = Session::default();
+        s.after_reply(Effect::Changes, &ok());
+        s.after_reply(Effect::Multi, &ok());
+        s.after_reply(Effect::Exec, &Reply::Array(vec![]));
+        assert!(s.keeps_connection() && !s.in_multi());
+        s.after_reply(Effect::Quit, &ok());
+        assert!(!s.keeps_connection());
+        // RESET ends the transaction, and leaves a changed connection.
+        s.after_reply(Effect::Watch, &ok());
+        s.after_reply(Effect::Multi, &ok());
+        s.after_reply(Effect::Reset, &Reply::Status("RESET".into()));
+        assert!(s.keeps_connection() && !s.in_multi());
+        s.after_reply(Effect::Multi, &ok());
+        s.after_reply(Effect::Discard, &ok());
+        assert!(s.keeps_connection(), "the watch went with RESET");
     }
 
     #[test]
     fn a_lost_transaction_refuses_commands_until_it_is_ended() {
-        let mut t = Transaction::default();
-        t.after_reply(Effect::Multi, &ok());
-        t.lose();
-        assert!(!t.is_open());
-        assert_eq!(t.admit(Effect::None), Err(Lost));
-        assert_eq!(t.admit(Effect::Multi), Err(Lost));
-        assert_eq!(t.admit(Effect::Exec), Err(Lost), "EXEC fails too");
-        assert_eq!(t.admit(Effect::None), Ok(()), "and ended it");
+        let mut s = Session::default();
+        s.after_reply(Effect::Multi, &ok());
+        s.lose();
+        assert!(!s.keeps_connection());
+        assert_eq!(s.admit(Effect::None), Err(Lost::Transaction));
+        assert_eq!(s.admit(Effect::Multi), Err(Lost::Transaction));
+        assert_eq!(
+            s.admit(Effect::Exec),
+            Err(Lost::Transaction),
+            "EXEC fails too"
+        );
+        assert_eq!(s.admit(Effect::None), Ok(()), "and ended it");
         for end in [Effect::Discard, Effect::Unwatch, Effect::Reset] {
-            t.lose();
-            assert_eq!(t.admit(end), Err(Lost));
-            assert_eq!(t.admit(Effect::None), Ok(()));
+            s.after_reply(Effect::Watch, &ok());
+            s.lose();
+            assert_eq!(s.admit(end), Err(Lost::Transaction));
+            assert_eq!(s.admit(Effect::None), Ok(()));
         }
+    }
+
+    #[test]
+    fn a_lost_changed_connection_refuses_commands_until_reset() {
+        let mut s = Session::default();
+        s.after_reply(Effect::Changes, &ok());
+        s.after_reply(Effect::Multi, &ok());
+        s.lose();
+        for effect in [Effect::None, Effect::Exec, Effect::Discard, Effect::Reset] {
+            assert_eq!(s.admit(effect), Err(Lost::State), "{effect:?}");
+        }
+        assert_eq!(s.admit(Effect::None), Ok(()));
     }
 }
