@@ -20,6 +20,12 @@ fn main() {
         .cargo_metadata(false)
         .probe("varnishapi")
         .expect("varnishapi not found: apt-get install libvarnishapi-dev");
+    let series = varnish_series(&varnish.version);
+    println!(
+        "cargo::rustc-check-cfg=cfg(varnish, values({}))",
+        quoted(TESTED_SERIES)
+    );
+    println!("cargo::rustc-cfg=varnish=\"{series}\"");
     let vmodtool = pkg_config::get_variable("varnishapi", "vmodtool")
         .expect("pkg-config varnishapi has no vmodtool variable");
 
@@ -92,6 +98,39 @@ fn main() {
     }
     checks.push_str("}\n");
     fs::write(out.join("signature_checks.rs"), checks).expect("write checks");
+}
+
+/// The Varnish release series the tree has been built and tested against.
+/// Each differs from the others only inside src/ffi, under `cfg(varnish = ...)`.
+const TESTED_SERIES: &[&str] = &["7.1", "7.7"];
+
+/// "7.1" for libvarnishapi 7.1.1; refuses a series the tree was not tested on.
+fn varnish_series(version: &str) -> &'static str {
+    let mut parts = version.split('.');
+    let series = format!(
+        "{}.{}",
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default()
+    );
+    TESTED_SERIES
+        .iter()
+        .find(|tested| **tested == series)
+        .copied()
+        .unwrap_or_else(|| {
+            panic!(
+                "libvarnishapi {version} is installed, but this tree is built and tested only \
+                 against Varnish {}: build against one of those (Debian 12: 7.1, Debian 13: 7.7)",
+                TESTED_SERIES.join(" and ")
+            )
+        })
+}
+
+fn quoted(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Names of the `vmod_*` functions vcc_if.h declares (`VPFX(name)(` or the
