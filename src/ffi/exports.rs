@@ -105,6 +105,7 @@ pub unsafe extern "C" fn vmod_event_function(
     guard(ctx, 0, |_ctx| {
         if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
             match event {
+                vcl_event_e::VCL_EVENT_WARM => vcl::warm(vcl),
                 vcl_event_e::VCL_EVENT_COLD => vcl::cold(vcl),
                 vcl_event_e::VCL_EVENT_DISCARD => vcl::discard(vcl),
                 _ => {}

@@ -20,6 +20,7 @@ mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 mod exports;
+mod vsc;
 
 use bindings::{vmod_priv, vmod_priv_methods, vrt_blob, vrt_ctx, VCL_BLOB, VCL_STRING};
 
@@ -72,6 +73,13 @@ impl<'a> Ctx<'a> {
                 bindings::VSLb(self.raw.vsl, tag, c"%s".as_ptr(), msg.as_ptr());
             }
         }
+    }
+
+    /// The varnishstat segment `REDIS.<vcl>.<object>` for a database
+    /// object being created in vcl_init (hidden until the VCL is warm);
+    /// `None` outside a VCL.
+    pub fn counter_segment(&self, object: &str) -> Option<Box<dyn crate::stats::CounterMemory>> {
+        vsc::Segment::new(self, object).map(|s| Box::new(s) as Box<dyn crate::stats::CounterMemory>)
     }
 
     /// Fails the task (503) or, in vcl_init, the `vcl.load`, with `msg`.
