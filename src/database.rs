@@ -391,12 +391,14 @@ impl Database {
         })
     }
 
-    /// Renders the counters (and each server's state) as `.stats()` shows.
-    pub fn write_stats(&self, out: &mut String, format: &StatsFormat) {
+    /// Renders the counters as `.stats()` shows them: the C VMOD's output,
+    /// plus each server's state when `extended` ([ext]).
+    pub fn write_stats(&self, out: &mut String, format: &StatsFormat, extended: bool) {
         let servers: Vec<ServerSnapshot> = self
             .servers
             .iter()
             .enumerate()
+            .filter(|_| extended)
             .map(|(index, server)| self.server_snapshot(index, server))
             .collect();
         let context = StatsContext {

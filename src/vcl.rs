@@ -252,6 +252,7 @@ pub fn stats(
     format: &str,
     stream: bool,
     prometheus: &PrometheusOptions,
+    extended: bool,
 ) -> Option<String> {
     let format = if format == "prometheus" {
         StatsFormat::Prometheus(prometheus)
@@ -259,7 +260,7 @@ pub fn stats(
         StatsFormat::Json
     };
     let mut text = String::with_capacity(1024);
-    db.write_stats(&mut text, &format);
+    db.write_stats(&mut text, &format, extended);
     if stream && ctx.in_synth() {
         ctx.synth_write(&text);
         None
