@@ -1,5 +1,6 @@
-//! What a command does to the state of the connection it runs on, and the
-//! transaction (`MULTI` / `WATCH`) a task has open on its connection.
+//! What a command does to the state of the connection it runs on, and
+//! what a task has left on the connection it keeps (an open `MULTI` /
+//! `WATCH`, a `SELECT`...).
 //!
 //! A connection serves many tasks one after another (a worker thread's
 //! requests in private mode, every worker in shared mode), so state that a
@@ -37,6 +38,7 @@ pub(crate) enum Effect {
 
 const PUBSUB: &str =
     "Pub/Sub needs a connection that waits for messages; each command here waits for one reply";
+const REPLICATION: &str = "it turns the connection into a replication stream";
 
 /// Every command that does more than send one reply to one request:
 /// (name, `CLIENT` subcommand or "", effect). Anything else is
@@ -82,16 +84,8 @@ const TABLE: &[(&str, &str, Effect)] = &[
             "it streams every command the server runs; each command here waits for one reply",
         ),
     ),
-    (
-        "SYNC",
-        "",
-        Effect::Refused("it turns the connection into a replication stream"),
-    ),
-    (
-        "PSYNC",
-        "",
-        Effect::Refused("it turns the connection into a replication stream"),
-    ),
+    ("SYNC", "", Effect::Refused(REPLICATION)),
+    ("PSYNC", "", Effect::Refused(REPLICATION)),
 ];
 
 /// What `command` does to its connection.
