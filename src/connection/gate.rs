@@ -33,7 +33,7 @@ struct Waiter {
 
 /// One permit; given back (to the next waiter, if any) when dropped. It
 /// owns a reference to its gate: a task may keep a pooled connection (and
-/// so its permit) from a `MULTI` to its `EXEC`, across VCL calls.
+/// so its permit) across VCL calls, e.g. from a `MULTI` to its `EXEC`.
 pub struct Permit {
     gate: Arc<FairGate>,
 }

@@ -283,8 +283,9 @@ impl Connection {
         self.broken
     }
 
-    /// Marks the connection as not to be reused: a command changed its
-    /// state (`SELECT`, `CLIENT SETNAME`...), so it is closed when released.
+    /// Marks the connection as not to be reused: it holds a task's
+    /// transaction or a state a command changed (`SELECT`...), so it is
+    /// closed when released.
     pub fn retire(&mut self) {
         self.broken = true;
     }
