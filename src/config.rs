@@ -24,7 +24,7 @@ pub enum ConfigError {
     /// A location string could not be parsed.
     #[error("invalid location \"{value}\": {reason}")]
     InvalidLocation {
-        /// The text as given.
+        /// The text as given, user info redacted ([`redact_credentials`]).
         value: String,
         /// What is wrong with it.
         reason: LocationError,
@@ -179,6 +179,36 @@ fn parse_port(text: &str) -> Result<u16, LocationError> {
     }
 }
 
+/// `text` with the user info of anything written like a URL or
+/// `user:password@host` replaced by `***`, for messages that echo what the
+/// operator wrote (`redis://:s3cret@host/0` becomes `redis://***@host/0`).
+/// Locations never hold credentials, so a value with `@` in it is refused
+/// anyway; only its host part is worth showing.
+pub(crate) fn redact_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // Each `@` ends user info that starts after the last separator (or
+    // `://`) before it.
+    while let Some(at) = rest.find('@') {
+        let before = &rest[..at];
+        let start = [
+            before.rfind("://").map(|i| i + 3),
+            before
+                .rfind(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '('))
+                .map(|i| i + 1),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        out.push_str(&before[..start]);
+        out.push_str("***@");
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn parse_location(text: &str) -> Result<Location, LocationError> {
     if text.is_empty() {
         return Err(LocationError::Empty);
@@ -245,7 +275,7 @@ impl FromStr for Location {
     /// written twice compares equal.
     fn from_str(text: &str) -> Result<Location, ConfigError> {
         parse_location(text.trim()).map_err(|reason| ConfigError::InvalidLocation {
-            value: text.to_owned(),
+            value: redact_credentials(text),
             reason,
         })
     }
@@ -783,6 +813,27 @@ mod tests {
     }
 
     #[test]
+    fn credentials_never_echoed() {
+        for (text, shown) in [
+            ("redis://:s3cret@host/0", "redis://***@host/0"),
+            ("rediss://alice:s3cret@h:6380", "rediss://***@h:6380"),
+            ("alice:s3cret@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("a@b, c:d@e", "***@b, ***@e"),
+            ("p@ss@host:1", "***@***@host:1"),
+            ("127.0.0.1:6379", "127.0.0.1:6379"),
+        ] {
+            assert_eq!(redact_credentials(text), shown, "{text:?}");
+        }
+        let err = "redis://:s3cret@host/0".parse::<Location>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid location \"redis://***@host/0\": write host:port, not a URL"
+        );
+        let err = "alice:s3cret@host:6379".parse::<Location>().unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
     fn location_ip() {
         assert_eq!(
             tcp("127.0.0.1", 1).ip(),
@@ -1314,7 +1365,8 @@ mod proptests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-        /// Any text: no panic; an error names the text as given; a parsed
+        /// Any text: no panic; an error names the text as given (user info
+        /// redacted); a parsed
         /// location prints as text that parses back to it, unchanged.
         #[test]
         fn location_parses_back_from_its_display(text in location_text()) {
@@ -1329,7 +1381,9 @@ mod proptests {
                         prop_assert_eq!(location.ip().is_some(), host.parse::<IpAddr>().is_ok());
                     }
                 }
-                Err(ConfigError::InvalidLocation { value, .. }) => prop_assert_eq!(value, text),
+                Err(ConfigError::InvalidLocation { value, .. }) => {
+                    prop_assert_eq!(value, redact_credentials(&text));
+                }
                 Err(other) => prop_assert!(false, "{:?}: {:?}", text, other),
             }
         }
