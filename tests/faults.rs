@@ -30,7 +30,9 @@
 //! # Scenarios (each in private and shared mode unless said otherwise)
 //! * `s1.kill-restart.*`: Redis SIGKILLed under load (20 clients), restarted
 //!   2 s later on its port: every request answered (fallback while down),
-//!   no fallback from `sickness_ttl` + 1 s after the restart on, the
+//!   no fallback from `sickness_ttl` + 1 s after the restart on, a reply
+//!   within the reconnect spacing cap (1 s) + 1 s of Redis answering PING,
+//!   failed connection attempts bounded by the spacing (no storm), the
 //!   counters reconcile with what the clients saw.
 //! * `s2.freeze.*.retries{0,1}`: Redis SIGSTOPped for 5 s (50 clients, both
 //!   timeouts 200 ms, shared pool of 4): every request within
@@ -1505,6 +1507,11 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     let outage = figures(&report.window(killed, up));
     let post = figures(&report.window(restarted + recover_within, f64::MAX));
     let first_ok_after = report.first_ok_after(restarted);
+    let first_ok_after_up = report.first_ok_after(up);
+    // Reconnects are spaced up to MAX_BACKOFF while Redis is down: the
+    // server is tried again that long after it is back, at the latest.
+    let backoff_cap = vmod_redis::server::MAX_BACKOFF.as_secs_f64();
+    let recovery_bound = backoff_cap + 1.0;
     let last_fallback_end = report.last_fallback_end();
     s.say(format!(
         "{clients} clients, {:.1} s; Redis SIGKILLed at {killed:.2} s, restarted at {restarted:.2} s (answering PING at {up:.2} s), sickness_ttl {} s",
@@ -1520,6 +1527,11 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
         last_fallback_end.map_or("never".into(), |end| ms(end - restarted)),
         ms(recover_within)
     ));
+    s.say(format!(
+        "first reply {} after Redis answered PING (limit: reconnect spacing cap + 1 s = {})",
+        first_ok_after_up.map_or("never".into(), ms),
+        ms(recovery_bound)
+    ));
     s.say(format!("counters: {counters}"));
     s.say(format!("child before the kill: {before}"));
     s.say(format!("child after: {after}"));
@@ -1527,6 +1539,27 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     check_answers(&all, &mut s.failures);
     s.check(pre.fallback == 0, || {
         format!("{} fallbacks before the kill", pre.fallback)
+    });
+    s.check(
+        first_ok_after_up.is_some_and(|after| after <= recovery_bound),
+        || format!("no reply within {} of Redis answering PING again", ms(recovery_bound)),
+    );
+    // No storm: one worker at a time tries, 25 ms apart doubling to the
+    // cap (7 attempts in the first 2.5 s, then one per cap), instead of
+    // every worker on every request.
+    let down_secs = up - killed;
+    let attempts_bound = (8.0 + down_secs / backoff_cap).ceil() as u64;
+    s.say(format!(
+        "failed connection attempts while down {}: {} (limit {attempts_bound})",
+        ms(down_secs),
+        counters.get("connections.failed")
+    ));
+    s.check(counters.get("connections.failed") <= attempts_bound, || {
+        format!(
+            "{} failed connection attempts in {} down (limit {attempts_bound})",
+            counters.get("connections.failed"),
+            ms(down_secs)
+        )
     });
     s.check(outage.requests > 0 && outage.fallback > 0, || {
         format!("no request answered while Redis was down: {outage}")
