@@ -1542,7 +1542,12 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     });
     s.check(
         first_ok_after_up.is_some_and(|after| after <= recovery_bound),
-        || format!("no reply within {} of Redis answering PING again", ms(recovery_bound)),
+        || {
+            format!(
+                "no reply within {} of Redis answering PING again",
+                ms(recovery_bound)
+            )
+        },
     );
     // No storm: one worker at a time tries, 25 ms apart doubling to the
     // cap (7 attempts in the first 2.5 s, then one per cap), instead of

@@ -1,5 +1,5 @@
 //! Connections to one Redis server, and the two ways workers hold them:
-//! [`private`] (per worker thread, no lock) and [`shared`] (r2d2 pool).
+//! [`private`] (per worker thread, no lock) and [`shared`] (one bounded pool).
 //!
 //! The wire protocol is ours ([`resp`]): plain blocking sockets with
 //! timeouts, requests packed once by [`crate::command::Command`], replies
