@@ -474,6 +474,9 @@ mod tests {
     use crate::config::{DbArgs, Secret};
     use crate::testing::RedisProcess;
 
+    /// Longer than a connection must be idle to be checked before use.
+    const IDLE_CHECK_WAIT: Duration = Duration::from_millis(600);
+
     fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
         let location = redis.location();
         let mut args = DbArgs {
@@ -798,6 +801,74 @@ mod tests {
         let err = run(&bad, &["PING"]).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err}");
         assert!(bad.stats().get(Counter::ConnectionsFailed) >= 1);
+    }
+
+    #[test]
+    fn an_idle_connection_the_server_closed_is_replaced_before_use() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| args.shared_connections = shared);
+            run(&db, &["PING"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            std::thread::sleep(IDLE_CHECK_WAIT);
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            let stats = db.stats();
+            assert_eq!(stats.get(Counter::CommandsFailed), 0, "shared={shared}");
+            assert_eq!(stats.get(Counter::DroppedHungUp), 1, "shared={shared}");
+            assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
+            // The server is not blamed for it.
+            assert!(!db.servers()[0].health.is_sick(Instant::now()));
+        }
+    }
+
+    #[test]
+    fn without_hello_the_password_goes_in_auth_and_never_in_errors() {
+        let redis = RedisProcess::start(&[
+            "--requirepass",
+            "Sup3rS3cret",
+            "--rename-command",
+            "HELLO",
+            "",
+        ]);
+        for protocol in ["RESP2", "RESP3"] {
+            let good = database(&redis, |args| {
+                args.password = Secret("Sup3rS3cret");
+                args.protocol = protocol;
+            });
+            assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            // RESP2 replies whatever was asked: the server has no HELLO.
+            assert_eq!(
+                run(&good, &["HGETALL", "none"]).unwrap(),
+                Reply::Array(vec![])
+            );
+            let bad = database(&redis, |args| {
+                args.password = Secret("Wr0ngS3cret");
+                args.protocol = protocol;
+            });
+            let err = run(&bad, &["PING"]).unwrap_err().to_string();
+            assert!(err.contains("authentication failed (WRONGPASS"), "{err}");
+            assert!(!err.contains("S3cret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_failed_connect_makes_the_next_commands_fail_fast_until_the_spacing_ends() {
+        let redis = RedisProcess::start(&["--requirepass", "right"]);
+        let db = database(&redis, |args| args.password = Secret("wrong"));
+        assert!(matches!(run(&db, &["PING"]), Err(Error::Connect { .. })));
+        // 100 ms of commands: attempts at 0, 25 and 75 ms at most.
+        let started = Instant::now();
+        let mut spaced = 0;
+        while started.elapsed() < Duration::from_millis(100) {
+            if matches!(run(&db, &["PING"]), Err(Error::Backoff { .. })) {
+                spaced += 1;
+            }
+        }
+        assert!(spaced > 0);
+        assert!((1..=3).contains(&db.stats().get(Counter::ConnectionsFailed)));
+        redis.cli(&["-a", "right", "CONFIG", "SET", "requirepass", "wrong"]);
+        std::thread::sleep(crate::server::MAX_BACKOFF);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
     }
 
     #[test]
