@@ -198,8 +198,7 @@ pub(crate) fn redact_credentials(text: &str) -> String {
             before.rfind("://").map(|i| i + 3),
             before
                 .char_indices()
-                .filter(|(_, c)| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '('))
-                .last()
+                .rfind(|(_, c)| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '('))
                 .map(|(i, c)| i + c.len_utf8()),
         ]
         .into_iter()
