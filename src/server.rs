@@ -44,7 +44,7 @@ impl Health {
     /// May this worker open a connection now? After a failed attempt only
     /// one worker per spacing may (it claims the next slot); the others get
     /// how long until the next attempt.
-    pub fn may_connect(&self) -> Result<(), Duration> {
+    pub(crate) fn may_connect(&self) -> Result<(), Duration> {
         let at = self.connect_at_us.load(Ordering::Relaxed);
         if at == 0 {
             return Ok(());
@@ -67,7 +67,7 @@ impl Health {
     }
 
     /// A connect or handshake failed: space the next attempts more.
-    pub fn connect_failed(&self) {
+    pub(crate) fn connect_failed(&self) {
         let min = MIN_BACKOFF.as_micros() as u64;
         let max = MAX_BACKOFF.as_micros() as u64;
         let backoff = (self.backoff_us.load(Ordering::Relaxed) * 2).clamp(min, max);
@@ -77,7 +77,7 @@ impl Health {
     }
 
     /// A connection was opened: no more spacing.
-    pub fn connect_succeeded(&self) {
+    pub(crate) fn connect_succeeded(&self) {
         // Read first: on the hot path nothing is written.
         if self.connect_at_us.load(Ordering::Relaxed) != 0 {
             self.backoff_us.store(0, Ordering::Relaxed);
@@ -157,7 +157,7 @@ impl Server {
 
     /// `ROLE` was refused: the server is taken as a master from now on.
     /// True the first time only, for a log line.
-    pub fn role_refused(&self) -> bool {
+    pub(crate) fn role_refused(&self) -> bool {
         self.set_role(Role::Master);
         !self.role_refused.swap(true, Ordering::Relaxed)
     }

@@ -91,7 +91,11 @@ impl Connector {
 
     /// As [`Connector::connect`], with `timeout` bounding the connect and
     /// the handshake instead of `connection_timeout`.
-    pub fn connect_within(&self, stats: &Stats, timeout: Option<Duration>) -> Result<Connection> {
+    pub(crate) fn connect_within(
+        &self,
+        stats: &Stats,
+        timeout: Option<Duration>,
+    ) -> Result<Connection> {
         match self.open(timeout) {
             Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
@@ -331,11 +335,11 @@ impl Connection {
         self.broken
     }
 
-    pub fn role_asked(&self) -> bool {
+    pub(crate) fn role_asked(&self) -> bool {
         self.role_asked
     }
 
-    pub fn set_role_asked(&mut self) {
+    pub(crate) fn set_role_asked(&mut self) {
         self.role_asked = true;
     }
 
@@ -344,7 +348,7 @@ impl Connection {
     /// KILL`), or holds bytes nobody asked for: a command written to it
     /// would fail. A non-blocking read tells without waiting; connections in
     /// steady use skip it (its cost is three system calls).
-    pub fn closed_while_idle(&mut self, now: Instant) -> bool {
+    pub(crate) fn closed_while_idle(&mut self, now: Instant) -> bool {
         if now.saturating_duration_since(self.last_used) < IDLE_CHECK_AFTER {
             return false;
         }
