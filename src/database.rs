@@ -93,10 +93,16 @@ impl Drop for Lease<'_> {
 }
 
 impl Database {
-    /// Builds the object; with `type=auto` asks the server its role now
-    /// (a server that is down is asked again on its first connection).
+    /// Builds the object with its counters in its own memory.
     pub fn new(name: &str, config: DbConfig) -> Result<Self> {
-        let stats = Arc::new(Stats::default());
+        Self::with_stats(name, config, Stats::default())
+    }
+
+    /// Builds the object counting into `stats` (e.g. a varnishstat
+    /// segment); with `type=auto` asks the server its role now (a server
+    /// that is down is asked again on its first connection).
+    pub fn with_stats(name: &str, config: DbConfig, stats: Stats) -> Result<Self> {
+        let stats = Arc::new(stats);
         let connector = crate::connection::Connector::new(
             &config.location,
             config.user.as_deref(),
@@ -430,12 +436,14 @@ impl Database {
         })
     }
 
-    /// Renders the counters (and each server's state) as `.stats()` shows.
-    pub fn write_stats(&self, out: &mut String, format: &StatsFormat) {
+    /// Renders the counters as `.stats()` shows them: the C VMOD's output,
+    /// plus each server's state when `extended` ([ext]).
+    pub fn write_stats(&self, out: &mut String, format: &StatsFormat, extended: bool) {
         let servers: Vec<ServerSnapshot> = self
             .servers
             .iter()
             .enumerate()
+            .filter(|_| extended)
             .map(|(index, server)| self.server_snapshot(index, server))
             .collect();
         let context = StatsContext {

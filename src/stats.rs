@@ -196,13 +196,59 @@ impl Default for PrometheusOptions<'_> {
     }
 }
 
+/// Where the counters of one database object live: in the object's own
+/// memory, or in the varnishstat segment that the FFI layer allocates
+/// (`REDIS.<vcl>.<object>`), so that varnishstat reads the very counters
+/// the commands bump: no copy, no lock, no second increment.
+pub trait CounterMemory: Send + Sync {
+    /// The counters, indexed like [`Counter::ALL`].
+    fn cells(&self) -> &[AtomicU64; Counter::COUNT];
+
+    /// Shows or hides the counters from varnishstat (the VCL's temperature).
+    fn set_visible(&self, _visible: bool) {}
+}
+
+/// Counters in the object's own memory (unit tests, or when no
+/// varnishstat segment could be made).
+#[derive(Default)]
+struct OwnCounters([AtomicU64; Counter::COUNT]);
+
+impl CounterMemory for OwnCounters {
+    fn cells(&self) -> &[AtomicU64; Counter::COUNT] {
+        &self.0
+    }
+}
+
 /// The counters of one database object.
-#[derive(Debug, Default)]
 pub struct Stats {
-    counters: [AtomicU64; Counter::COUNT],
+    memory: Box<dyn CounterMemory>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::in_memory(Box::<OwnCounters>::default())
+    }
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats")
+            .field("counters", &self.snapshot())
+            .finish()
+    }
 }
 
 impl Stats {
+    /// Counters kept in `memory` (which should start at zero).
+    pub fn in_memory(memory: Box<dyn CounterMemory>) -> Self {
+        Stats { memory }
+    }
+
+    /// Shows or hides the counters from varnishstat.
+    pub fn set_visible(&self, visible: bool) {
+        self.memory.set_visible(visible);
+    }
+
     /// Adds one. Relaxed: counters order nothing else.
     #[inline]
     pub fn inc(&self, c: Counter) {
@@ -212,13 +258,13 @@ impl Stats {
     /// Adds `n`.
     #[inline]
     pub fn add(&self, c: Counter, n: u64) {
-        self.counters[c as usize].fetch_add(n, Ordering::Relaxed);
+        self.memory.cells()[c as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Current value.
     #[inline]
     pub fn get(&self, c: Counter) -> u64 {
-        self.counters[c as usize].load(Ordering::Relaxed)
+        self.memory.cells()[c as usize].load(Ordering::Relaxed)
     }
 
     /// Current value of the counter named by its dotted JSON name, for
@@ -700,6 +746,58 @@ vmod_redis_cluster_replies_ask{env="prod"} 0
         ] {
             assert_eq!(Counter::from_name(bad), None, "{bad:?}");
         }
+    }
+
+    include!(concat!(env!("OUT_DIR"), "/vsc_names.rs"));
+
+    #[test]
+    fn the_varnishstat_segment_has_every_counter_in_order() {
+        let expected: Vec<String> = Counter::ALL
+            .iter()
+            .map(|c| c.json_name().replace('.', "_"))
+            .collect();
+        assert_eq!(
+            VSC_NAMES.to_vec(),
+            expected,
+            "vmod_redis.vsc vs Counter::ALL"
+        );
+    }
+
+    /// Memory the test can read behind the Stats' back, as varnishstat does.
+    struct Shared(
+        std::sync::Arc<[AtomicU64; Counter::COUNT]>,
+        std::sync::Arc<AtomicU64>,
+    );
+
+    impl CounterMemory for Shared {
+        fn cells(&self) -> &[AtomicU64; Counter::COUNT] {
+            &self.0
+        }
+        fn set_visible(&self, visible: bool) {
+            self.1.store(u64::from(visible), Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn counters_live_in_the_memory_they_are_given() {
+        let cells = std::sync::Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+        let visible = std::sync::Arc::new(AtomicU64::new(7));
+        let s = Stats::in_memory(Box::new(Shared(cells.clone(), visible.clone())));
+        s.inc(Counter::CommandsTotal);
+        s.add(Counter::DroppedHungUp, 3);
+        assert_eq!(
+            cells[Counter::CommandsTotal as usize].load(Ordering::Relaxed),
+            1
+        );
+        assert_eq!(
+            cells[Counter::DroppedHungUp as usize].load(Ordering::Relaxed),
+            3
+        );
+        assert_eq!(s.counter("connections.dropped.hung_up"), Some(3));
+        s.set_visible(false);
+        assert_eq!(visible.load(Ordering::Relaxed), 0);
+        s.set_visible(true);
+        assert_eq!(visible.load(Ordering::Relaxed), 1);
     }
 
     #[test]

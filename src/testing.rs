@@ -22,7 +22,7 @@ impl RedisProcess {
         ));
         std::fs::create_dir_all(&dir).expect("test directory");
         let socket = dir.join("redis.sock");
-        let child = Command::new("redis-server")
+        let child = Command::new(program("REDIS_SERVER", "redis-server"))
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
             .args(["--enable-debug-command", "yes"])
             .arg("--unixsocket")
@@ -45,7 +45,7 @@ impl RedisProcess {
 
     /// Runs redis-cli against this server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let out = Command::new(program("REDIS_CLI", "redis-cli"))
             .arg("-s")
             .arg(&self.socket)
             .args(args)
@@ -65,4 +65,13 @@ impl Drop for RedisProcess {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The server (or client) program the tests run: `$VAR` when set (e.g.
+/// `REDIS_SERVER=valkey-server`), else `default`.
+fn program(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_string())
 }

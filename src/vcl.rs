@@ -14,7 +14,7 @@ use crate::database::{Database, Note, StatsFormat};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
 use crate::reply::Reply;
-use crate::stats::PrometheusOptions;
+use crate::stats::{PrometheusOptions, Stats};
 
 /// What one loaded VCL holds (PRIV_VCL): its databases by VCL name, for
 /// the proxied functions and the events, and the subnet weights.
@@ -63,7 +63,12 @@ fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
 pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Arc<Database>> {
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
-        .and_then(|config| Database::new(name, config));
+        .and_then(|config| {
+            let stats = ctx
+                .counter_segment(name)
+                .map_or_else(Stats::default, Stats::in_memory);
+            Database::with_stats(name, config, stats)
+        });
     match created {
         Ok(db) => {
             let db = Arc::new(db);
@@ -252,6 +257,7 @@ pub fn stats(
     format: &str,
     stream: bool,
     prometheus: &PrometheusOptions,
+    extended: bool,
 ) -> Option<String> {
     let format = if format == "prometheus" {
         StatsFormat::Prometheus(prometheus)
@@ -259,7 +265,7 @@ pub fn stats(
         StatsFormat::Json
     };
     let mut text = String::with_capacity(1024);
-    db.write_stats(&mut text, &format);
+    db.write_stats(&mut text, &format, extended);
     if stream && ctx.in_synth() {
         ctx.synth_write(&text);
         None
@@ -321,10 +327,19 @@ pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) 
     }
 }
 
-/// VCL cold: close idle connections. Discard: forget the databases (the
-/// objects' own `__fini` drops the rest).
+/// VCL warm: show the databases' counters in varnishstat.
+pub fn warm(vcl: &VclState) {
+    for db in vcl.databases.read().iter() {
+        db.stats().set_visible(true);
+    }
+}
+
+/// VCL cold: hide the counters, close idle connections. Discard: forget
+/// the databases (the objects' own `__fini` drops the rest, counters
+/// included).
 pub fn cold(vcl: &VclState) {
     for db in vcl.databases.read().iter() {
+        db.stats().set_visible(false);
         db.close_idle();
     }
 }

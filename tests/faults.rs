@@ -46,7 +46,8 @@
 //!   only reported in the slow phase).
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private and a shared database
-//!   while 16 clients run: threads, fds and Redis connections do not grow.
+//!   while 16 clients run: threads, fds and Redis connections do not grow,
+//!   and varnishstat lists the REDIS.* counters of the live VCL only.
 //! * `s7.soak.*` (ignored): `FAULTS_SOAK_SECS` of SET + GET + EVAL per
 //!   request (16 clients): VmRSS and fds flat within 5 % after the warm-up,
 //!   the heap (RssAnon) flat over the second half, Redis connections within
@@ -1924,6 +1925,31 @@ fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
         vcls.lines().filter(|l| !l.trim().is_empty()).count() == 1,
         || format!("discarded VCLs still listed:\n{vcls}"),
     );
+    // varnishstat: the segments of the live VCL's objects, none of the
+    // discarded ones.
+    let live = format!("REDIS.{previous}.");
+    match s.varnish.stats(&["REDIS.*"]) {
+        Ok(segments) => {
+            let stale: Vec<&String> = segments.keys().filter(|k| !k.starts_with(&live)).collect();
+            s.say(format!(
+                "varnishstat REDIS.*: {} counters, {} of discarded VCLs",
+                segments.len(),
+                stale.len()
+            ));
+            s.check(stale.is_empty(), || {
+                format!("varnishstat still lists counters of discarded VCLs: {stale:?}")
+            });
+            s.check(segments.len() == dbs.len() * 20, || {
+                format!(
+                    "varnishstat lists {} REDIS counters, want {} ({} objects x 20)",
+                    segments.len(),
+                    dbs.len() * 20,
+                    dbs.len()
+                )
+            });
+        }
+        Err(e) => s.failures.push(e),
+    }
     check_answers(&all, &mut s.failures);
     s.check(all.fallback == 0, || {
         format!("{} fallbacks during the churn", all.fallback)

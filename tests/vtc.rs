@@ -77,7 +77,9 @@
 //! steps and the `----` failure lines. All servers are stopped by PID (SIGTERM, then
 //! SIGKILL after 5 s) and the directory is removed, also on failure or panic.
 //!
-//! Environment: `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
+//! Environment: `REDIS_SERVER` (the server program, default `redis-server`;
+//! `valkey-server` takes the same options), `REDIS_CLI` (default
+//! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
 //! `-L` to varnishtest; their paths are printed).
 
@@ -370,7 +372,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             "vmod_dir".into(),
             so.parent().unwrap_or(&dir).display().to_string(),
         ),
-        ("redis_cli".into(), which("redis-cli", "/usr/bin/redis-cli")),
+        (
+            "redis_cli".into(),
+            which(&support::cli_program(), "/usr/bin/redis-cli"),
+        ),
         ("harness_tmpdir".into(), dir.display().to_string()),
     ];
     if text.contains("${vmod_so_copy}") {

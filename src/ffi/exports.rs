@@ -105,6 +105,7 @@ pub unsafe extern "C" fn vmod_event_function(
     guard(ctx, 0, |_ctx| {
         if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
             match event {
+                vcl_event_e::VCL_EVENT_WARM => vcl::warm(vcl),
                 vcl_event_e::VCL_EVENT_COLD => vcl::cold(vcl),
                 vcl_event_e::VCL_EVENT_DISCARD => vcl::discard(vcl),
                 _ => {}
@@ -480,7 +481,8 @@ reader!(vmod_db_get_array_reply_value, vmod_get_array_reply_value, (index: VCL_I
 
 entry!(vmod_db_stats, vmod_stats,
 (format: VCL_ENUM, stream: VCL_BOOL, prometheus_name_prefix: VCL_STRING,
- prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING) -> VCL_STRING = ptr::null(),
+ prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING,
+ extended: VCL_BOOL) -> VCL_STRING = ptr::null(),
 |ctx, db| {
     let prefix = arg_str(prometheus_name_prefix);
     let extra = arg_str(prometheus_extra_labels);
@@ -489,7 +491,7 @@ entry!(vmod_db_stats, vmod_stats,
         default_labels: prometheus_default_labels != 0,
         extra_labels: &extra,
     };
-    match vcl::stats(ctx, db, &arg_str(format), stream != 0, &options) {
+    match vcl::stats(ctx, db, &arg_str(format), stream != 0, &options, extended != 0) {
         Some(text) => ctx.copy_str(text.as_bytes()),
         None => c"".as_ptr(),
     }

@@ -20,6 +20,7 @@ mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 mod exports;
+mod vsc;
 
 use bindings::{vmod_priv, vmod_priv_methods, vrt_blob, vrt_ctx, VCL_BLOB, VCL_STRING};
 
@@ -28,6 +29,13 @@ use bindings::{vmod_priv, vmod_priv_methods, vrt_blob, vrt_ctx, VCL_BLOB, VCL_ST
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut Vmod_redis_Data: bindings::vmod_data = unsafe { std::mem::zeroed() };
+
+/// The transaction id of a record that belongs to no transaction: an
+/// integer up to Varnish 7.1, a `vxid_t` struct (`NO_VXID`) from 7.3 on.
+#[cfg(varnish = "7.1")]
+const NO_VXID: u32 = 0;
+#[cfg(not(varnish = "7.1"))]
+const NO_VXID: bindings::vxid_t = bindings::vxids { vxid: 0 };
 
 /// Which VSL tag a message goes to.
 #[derive(Clone, Copy)]
@@ -60,11 +68,18 @@ impl<'a> Ctx<'a> {
         // or NULL, in which case VSL() writes a non-transactional record.
         unsafe {
             if self.raw.vsl.is_null() {
-                bindings::VSL(tag, 0, c"%s".as_ptr(), msg.as_ptr());
+                bindings::VSL(tag, NO_VXID, c"%s".as_ptr(), msg.as_ptr());
             } else {
                 bindings::VSLb(self.raw.vsl, tag, c"%s".as_ptr(), msg.as_ptr());
             }
         }
+    }
+
+    /// The varnishstat segment `REDIS.<vcl>.<object>` for a database
+    /// object being created in vcl_init (hidden until the VCL is warm);
+    /// `None` outside a VCL.
+    pub fn counter_segment(&self, object: &str) -> Option<Box<dyn crate::stats::CounterMemory>> {
+        vsc::Segment::new(self, object).map(|s| Box::new(s) as Box<dyn crate::stats::CounterMemory>)
     }
 
     /// Fails the task (503) or, in vcl_init, the `vcl.load`, with `msg`.

@@ -463,11 +463,30 @@ pub fn free_port() -> Res<u16> {
         .map_err(|e| format!("local_addr: {e}"))
 }
 
+/// The server the tests start: `$REDIS_SERVER` (e.g. `valkey-server`, which
+/// takes the same options), `redis-server` by default.
+pub fn server_program() -> String {
+    program_from_env("REDIS_SERVER", "redis-server")
+}
+
+/// The command-line client given to tests: `$REDIS_CLI`, `redis-cli` by
+/// default (it speaks to Valkey too).
+pub fn cli_program() -> String {
+    program_from_env("REDIS_CLI", "redis-cli")
+}
+
+fn program_from_env(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_string())
+}
+
 /// `redis-server --bind 127.0.0.1 --port PORT --save "" --appendonly no
 /// --daemonize no --dir DIR --logfile LOG`; callers add their options and
 /// stdio.
 pub fn redis_server(port: u16, dir: &Path, log: &Path) -> Command {
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = Command::new(server_program());
     cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")

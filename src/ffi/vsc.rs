@@ -1,0 +1,88 @@
+//! The varnishstat segment of one database object, `REDIS.<vcl>.<object>`
+//! (vmod_redis.vsc, compiled by vsctool.py in build.rs). Its memory is the
+//! database's counters themselves: [`Stats`](crate::stats::Stats) bumps
+//! them in place, varnishstat reads them from shared memory.
+use std::ffi::CStr;
+use std::ptr;
+use std::sync::atomic::AtomicU64;
+
+use super::{bindings, c_text, Ctx};
+use crate::stats::{Counter, CounterMemory};
+
+// The generated struct is one uint64_t per counter, in Counter::ALL order
+// (stats.rs's unit test checks the names and order of vmod_redis.vsc).
+const _: () = assert!(
+    std::mem::size_of::<bindings::VSC_redis>() == Counter::COUNT * std::mem::size_of::<u64>()
+);
+
+pub(crate) struct Segment {
+    seg: *mut bindings::vsc_seg,
+    cells: *const [AtomicU64; Counter::COUNT],
+}
+
+// SAFETY: the cells are atomics in shared memory that lives until Drop;
+// `seg` is only handed to VRT_VSC_* functions, which lock inside varnishd.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Allocates `REDIS.<vcl>.<object>`, hidden until the VCL turns warm
+    /// (as Varnish hides its backends' counters while their VCL is cold).
+    pub(crate) fn new(ctx: &Ctx, object: &str) -> Option<Segment> {
+        // SAFETY: ctx.raw.vcl is the VCL being loaded (or NULL outside
+        // one); VCL_Name returns its NUL-terminated name.
+        let vcl = unsafe {
+            if ctx.raw.vcl.is_null() {
+                return None;
+            }
+            let name = bindings::VCL_Name(ctx.raw.vcl);
+            if name.is_null() {
+                return None;
+            }
+            CStr::from_ptr(name).to_string_lossy().into_owned()
+        };
+        let ident = c_text(&format!("{vcl}.{object}"));
+        let mut seg: *mut bindings::vsc_seg = ptr::null_mut();
+        // SAFETY: "%s" with one NUL-terminated string; a NULL cluster asks
+        // for a segment of its own. The memory returned is zeroed, 8-byte
+        // aligned and VSC_redis_size long (checked above).
+        let memory = unsafe {
+            bindings::VSC_redis_New(ptr::null_mut(), &mut seg, c"%s".as_ptr(), ident.as_ptr())
+        };
+        if memory.is_null() || seg.is_null() {
+            return None;
+        }
+        // SAFETY: seg was just allocated.
+        unsafe { bindings::VRT_VSC_Hide(seg) };
+        Some(Segment {
+            seg,
+            cells: memory.cast(),
+        })
+    }
+}
+
+impl CounterMemory for Segment {
+    fn cells(&self) -> &[AtomicU64; Counter::COUNT] {
+        // SAFETY: valid until Drop, which needs &mut self.
+        unsafe { &*self.cells }
+    }
+
+    fn set_visible(&self, visible: bool) {
+        // SAFETY: seg is live until Drop.
+        unsafe {
+            if visible {
+                bindings::VRT_VSC_Reveal(self.seg);
+            } else {
+                bindings::VRT_VSC_Hide(self.seg);
+            }
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: seg came from VSC_redis_New and is destroyed once; the
+        // cells are not used after this (Drop has the only reference).
+        unsafe { bindings::VSC_redis_Destroy(&mut self.seg) };
+    }
+}
