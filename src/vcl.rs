@@ -200,6 +200,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
             // An error reply is kept as the reply, and logged (as the C VMOD).
             if let Reply::Error(text) = &reply {
                 let name = command.logged_name();
+                let text = crate::connection::loggable_error(text);
                 log_error(ctx, db, &format!("{name}: error reply: {text}"));
             }
             slot.reply = Some(reply);

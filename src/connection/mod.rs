@@ -176,6 +176,17 @@ fn refusal(text: &str) -> String {
     format!("{what} ({code} reply; its text is not shown as it may quote the password)")
 }
 
+/// An error reply as it may be logged: Redis quotes the arguments of a
+/// command it does not know (`ERR unknown command 'HELLO', with args
+/// beginning with: '3' 'AUTH' 'default' '<password>'`), and those may be
+/// secrets; the quote is cut.
+pub(crate) fn loggable_error(text: &str) -> &str {
+    match text.find(", with args beginning with:") {
+        Some(at) => &text[..at],
+        None => text,
+    }
+}
+
 /// The first request of a connection: `HELLO <2|3> [AUTH user pass]` when a
 /// protocol is asked for, else `AUTH [user] pass` when there is a password.
 fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> Option<Vec<u8>> {
@@ -477,5 +488,27 @@ impl Connection {
             Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_text_that_may_quote_a_password_is_not_shown() {
+        let hello =
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'pw' ";
+        assert_eq!(loggable_error(hello), "ERR unknown command 'HELLO'");
+        assert_eq!(loggable_error("WRONGTYPE Operation"), "WRONGTYPE Operation");
+        assert_eq!(
+            refusal(hello),
+            "handshake refused (ERR reply; its text is not shown as it may quote the password)"
+        );
+        assert_eq!(
+            refusal("WRONGPASS invalid username-password pair or user is disabled."),
+            "authentication failed (WRONGPASS reply; its text is not shown as it may quote the password)"
+        );
+        assert!(refusal("'pw' is wrong").starts_with("handshake refused (error reply"));
     }
 }
