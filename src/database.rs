@@ -274,7 +274,14 @@ impl Database {
                 retry_in_ms: wait.as_millis().max(1),
             });
         }
-        match server.connector.connect(&self.stats) {
+        // With connection_timeout=0 (none), a server that accepts and never
+        // answers the handshake would hold the worker for good: the
+        // command timeout bounds it then.
+        let timeout = self
+            .config
+            .connection_timeout
+            .or(self.config.command_timeout);
+        match server.connector.connect_within(&self.stats, timeout) {
             Ok(conn) => {
                 server.health.connect_succeeded();
                 Ok(conn)
