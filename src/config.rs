@@ -5,7 +5,7 @@
 //! `vcl.load` with a message that names the argument and the value, instead
 //! of leaving a half-configured object behind. The libvmod-redis this crate
 //! replaces accepts almost anything silently (a port of 0, a malformed
-//! subnet list, `user` without `password`); we reject such input up front.
+//! subnet list); we reject such input up front.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -68,12 +68,6 @@ pub enum ConfigError {
     NotSupported {
         /// The feature as the operator wrote it, e.g. `type=cluster`.
         what: &'static str,
-    },
-    /// An ACL user name without a password cannot authenticate.
-    #[error("user \"{user}\" is set but password is empty: an ACL user needs a password")]
-    UserWithoutPassword {
-        /// The user name (not secret).
-        user: String,
     },
     /// One entry of a `redis.subnets()` list is malformed.
     #[error("invalid subnets entry \"{entry}\": {reason} (expected \"<weight> <ipv4>/<prefix>\", e.g. \"0 192.168.1.0/24\")")]
@@ -675,13 +669,10 @@ impl DbConfig {
         if args.tls || tls_material.iter().any(|s| !s.is_empty()) {
             return Err(ConfigError::NotSupported { what: "tls" });
         }
-        if !args.user.is_empty() && args.password.is_empty() {
-            return Err(ConfigError::UserWithoutPassword {
-                user: args.user.to_owned(),
-            });
-        }
-        let user = (!args.user.is_empty()).then(|| args.user.to_owned());
+        // As the C VMOD: no password, no AUTH, and so no user either
+        // (commands then get the server's NOAUTH error reply if it wants one).
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
+        let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
         Ok(DbConfig {
@@ -1206,13 +1197,13 @@ mod tests {
             ..base
         })
         .contains("too large"));
-        assert_eq!(
-            err(DbArgs {
-                user: "bob",
-                ..base
-            }),
-            "user \"bob\" is set but password is empty: an ACL user needs a password"
-        );
+        // A user without a password is accepted and sends no AUTH (C VMOD).
+        let c = DbConfig::from_args(&DbArgs {
+            user: "bob",
+            ..base
+        })
+        .unwrap();
+        assert_eq!((c.user, c.password), (None, None));
     }
 
     #[test]
@@ -1534,7 +1525,6 @@ mod proptests {
                 && matches!(a.protocol, "RESP2" | "RESP3" | "default")
                 && !a.tls
                 && [a.tls_cafile, a.tls_capath, a.tls_sni].iter().all(|s| s.is_empty())
-                && (a.user.is_empty() || !a.password.is_empty())
                 && a.sickness_ttl >= 0
                 && u32_count(a.max_cluster_hops);
             match DbConfig::from_args(&a) {
@@ -1549,7 +1539,7 @@ mod proptests {
                     prop_assert_eq!(c.command_timeout, ms(a.command_timeout));
                     prop_assert_eq!(c.connection_ttl, (a.connection_ttl > 0).then(|| Duration::from_secs(a.connection_ttl as u64)));
                     prop_assert_eq!(c.sickness_ttl, Duration::from_secs(a.sickness_ttl as u64));
-                    prop_assert_eq!(c.user.as_deref(), (!a.user.is_empty()).then_some(a.user));
+                    prop_assert_eq!(c.user.as_deref(), (!a.user.is_empty() && !a.password.is_empty()).then_some(a.user));
                     prop_assert_eq!(c.password.as_deref(), (!a.password.is_empty()).then_some(a.password.0));
                     prop_assert_eq!(
                         (c.shared_connections, c.ignore_slaves, c.debug),
