@@ -21,6 +21,7 @@ pub mod server;
 pub mod stats;
 #[cfg(test)]
 mod testing;
+pub mod tls;
 
 #[cfg(not(test))]
 mod ffi;
