@@ -230,20 +230,24 @@ fn io_reason(e: &io::Error) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod testing {
-    //! Certificates made for the tests: a CA, a server certificate for
-    //! 127.0.0.1 and `localhost`, a client certificate, written as PEM files.
+#[path = "../tests/support/tls_material.rs"]
+mod tls_material;
+
+#[cfg(test)]
+mod testing {
     use std::path::{Path, PathBuf};
 
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-
+    /// The test material in a directory removed on drop.
     pub struct Material {
         pub dir: PathBuf,
-        pub ca: PathBuf,
-        pub server_cert: PathBuf,
-        pub server_key: PathBuf,
-        pub client_cert: PathBuf,
-        pub client_key: PathBuf,
+        pub files: super::tls_material::Material,
+    }
+
+    impl std::ops::Deref for Material {
+        type Target = super::tls_material::Material;
+        fn deref(&self) -> &Self::Target {
+            &self.files
+        }
     }
 
     impl Drop for Material {
@@ -256,33 +260,8 @@ pub(crate) mod testing {
         let dir = std::env::temp_dir().join(format!("vmod-redis-tls-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let write = |name: &str, text: &str| -> PathBuf {
-            let path = dir.join(name);
-            std::fs::write(&path, text).expect("write PEM");
-            path
-        };
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca_params = CertificateParams::new(Vec::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).expect("CA cert");
-        let issue = |names: Vec<String>| {
-            let key = KeyPair::generate().expect("key");
-            let cert = CertificateParams::new(names)
-                .expect("params")
-                .signed_by(&key, &ca, &ca_key)
-                .expect("cert");
-            (cert.pem(), key.serialize_pem())
-        };
-        let (server_cert, server_key) = issue(vec!["127.0.0.1".into(), "localhost".into()]);
-        let (client_cert, client_key) = issue(vec!["client".into()]);
-        Material {
-            ca: write("ca.crt", &ca.pem()),
-            server_cert: write("server.crt", &server_cert),
-            server_key: write("server.key", &server_key),
-            client_cert: write("client.crt", &client_cert),
-            client_key: write("client.key", &client_key),
-            dir,
-        }
+        let files = super::tls_material::write_material(&dir).expect("TLS material");
+        Material { dir, files }
     }
 
     pub fn text(path: &Path) -> &str {
