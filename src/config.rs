@@ -24,7 +24,7 @@ pub enum ConfigError {
     /// A location string could not be parsed.
     #[error("invalid location \"{value}\": {reason}")]
     InvalidLocation {
-        /// The text as given.
+        /// The text as given, user info redacted ([`redact_credentials`]).
         value: String,
         /// What is wrong with it.
         reason: LocationError,
@@ -114,6 +114,9 @@ pub enum LocationError {
     /// A URL such as `redis://host:6379`: only the address is wanted here.
     #[error("write host:port, not a URL")]
     Url,
+    /// `user:password@host:port`: credentials have arguments of their own.
+    #[error("credentials go in user and password, not in the location")]
+    UserInfo,
 }
 
 /// Where a Redis server listens.
@@ -173,6 +176,37 @@ fn parse_port(text: &str) -> Result<u16, LocationError> {
     }
 }
 
+/// `text` with the user info of anything written like a URL or
+/// `user:password@host` replaced by `***`, for messages that echo what the
+/// operator wrote (`redis://:s3cret@host/0` becomes `redis://***@host/0`).
+/// Locations never hold credentials, so a value with `@` in it is refused
+/// anyway; only its host part is worth showing.
+pub(crate) fn redact_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // Each `@` ends user info that starts after the last separator (or
+    // `://`) before it.
+    while let Some(at) = rest.find('@') {
+        let before = &rest[..at];
+        let start = [
+            before.rfind("://").map(|i| i + 3),
+            before
+                .char_indices()
+                .rfind(|(_, c)| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '('))
+                .map(|(i, c)| i + c.len_utf8()),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        out.push_str(&before[..start]);
+        out.push_str("***@");
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn parse_location(text: &str) -> Result<Location, LocationError> {
     if text.is_empty() {
         return Err(LocationError::Empty);
@@ -182,6 +216,9 @@ fn parse_location(text: &str) -> Result<Location, LocationError> {
     }
     if text.contains("://") {
         return Err(LocationError::Url);
+    }
+    if text.contains('@') {
+        return Err(LocationError::UserInfo);
     }
     if let Some(rest) = text.strip_prefix('[') {
         let (addr, after) = rest
@@ -239,7 +276,7 @@ impl FromStr for Location {
     /// written twice compares equal.
     fn from_str(text: &str) -> Result<Location, ConfigError> {
         parse_location(text.trim()).map_err(|reason| ConfigError::InvalidLocation {
-            value: text.to_owned(),
+            value: redact_credentials(text),
             reason,
         })
     }
@@ -672,7 +709,7 @@ mod tests {
     fn loc_err(text: &str) -> LocationError {
         match text.parse::<Location>() {
             Err(ConfigError::InvalidLocation { value, reason }) => {
-                assert_eq!(value, text);
+                assert_eq!(value, redact_credentials(text));
                 reason
             }
             other => panic!("{text:?}: expected InvalidLocation, got {other:?}"),
@@ -752,6 +789,8 @@ mod tests {
             ("./redis.sock", RelativePath),
             ("dir/x:6379", RelativePath),
             ("redis://localhost:6379", Url),
+            ("alice:pw@localhost:6379", UserInfo),
+            ("pw@localhost:6379", UserInfo),
             ("256.1.1.1:6379", InvalidHost),
             ("10.0.0:6379", InvalidHost),
             ("bad host:6379", InvalidHost),
@@ -770,6 +809,30 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid location \"127.0.0.1:0\": port must be a number from 1 to 65535"
+        );
+    }
+
+    #[test]
+    fn credentials_never_echoed() {
+        for (text, shown) in [
+            ("redis://:s3cret@host/0", "redis://***@host/0"),
+            ("rediss://alice:s3cret@h:6380", "rediss://***@h:6380"),
+            ("alice:s3cret@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("a@b, c:d@e", "***@b, ***@e"),
+            ("p@ss@host:1", "***@***@host:1"),
+            ("127.0.0.1:6379", "127.0.0.1:6379"),
+        ] {
+            assert_eq!(redact_credentials(text), shown, "{text:?}");
+        }
+        let err = "redis://:s3cret@host/0".parse::<Location>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid location \"redis://***@host/0\": write host:port, not a URL"
+        );
+        let err = "alice:s3cret@host:6379".parse::<Location>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid location \"***@host:6379\": credentials go in user and password, not in the location"
         );
     }
 
@@ -1305,7 +1368,8 @@ mod proptests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-        /// Any text: no panic; an error names the text as given; a parsed
+        /// Any text: no panic; an error names the text as given (user info
+        /// redacted); a parsed
         /// location prints as text that parses back to it, unchanged.
         #[test]
         fn location_parses_back_from_its_display(text in location_text()) {
@@ -1320,7 +1384,9 @@ mod proptests {
                         prop_assert_eq!(location.ip().is_some(), host.parse::<IpAddr>().is_ok());
                     }
                 }
-                Err(ConfigError::InvalidLocation { value, .. }) => prop_assert_eq!(value, text),
+                Err(ConfigError::InvalidLocation { value, .. }) => {
+                    prop_assert_eq!(value, redact_credentials(&text));
+                }
                 Err(other) => prop_assert!(false, "{:?}: {:?}", text, other),
             }
         }
