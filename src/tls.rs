@@ -32,7 +32,7 @@ pub struct TlsArgs<'a> {
 }
 
 /// Why TLS material was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TlsError {
     #[error("{arg} \"{path}\": {reason}")]
     File {

@@ -5,7 +5,7 @@
 //! (`#@ tls`).
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 
 pub struct Material {
     pub ca: PathBuf,
@@ -24,20 +24,23 @@ pub fn write_material(dir: &Path) -> Result<Material, String> {
         Ok(path)
     };
     let err = |e: rcgen::Error| format!("rcgen: {e}");
-    let authority = || -> Result<(rcgen::Certificate, KeyPair), String> {
+    // Distinct names: verifiers find a certificate's issuer by name.
+    let authority = |name: &str| -> Result<(rcgen::Certificate, KeyPair), String> {
         let key = KeyPair::generate().map_err(err)?;
         let mut params = CertificateParams::new(Vec::new()).map_err(err)?;
+        params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         Ok((params.self_signed(&key).map_err(err)?, key))
     };
-    let (ca, ca_key) = authority()?;
-    let (other_ca, _) = authority()?;
+    let (ca, ca_key) = authority("vmod-redis test CA")?;
+    let (other_ca, _) = authority("vmod-redis other CA")?;
     let issue = |names: Vec<String>| -> Result<(String, String), String> {
         let key = KeyPair::generate().map_err(err)?;
-        let cert = CertificateParams::new(names)
-            .map_err(err)?
-            .signed_by(&key, &ca, &ca_key)
-            .map_err(err)?;
+        let mut params = CertificateParams::new(names.clone()).map_err(err)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, names[0].as_str());
+        let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
         Ok((cert.pem(), key.serialize_pem()))
     };
     let (server_cert, server_key) = issue(vec!["127.0.0.1".into(), "localhost".into()])?;
