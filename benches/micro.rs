@@ -211,6 +211,7 @@ fn connector(sock: &Path) -> Connector {
         None,
         Protocol::Default,
         Some(Duration::from_secs(1)),
+        None,
     )
     .expect("connector")
 }

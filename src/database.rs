@@ -164,6 +164,7 @@ impl Database {
             config.password.as_deref(),
             config.protocol,
             config.connection_timeout,
+            config.tls.clone(),
         )?;
         let health = Arc::new(Health::new(config.sickness_ttl));
         let server = Server::new(

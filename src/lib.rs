@@ -23,6 +23,7 @@ mod session;
 pub mod stats;
 #[cfg(test)]
 mod testing;
+pub mod tls;
 
 #[cfg(not(test))]
 mod ffi;
