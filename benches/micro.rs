@@ -11,6 +11,7 @@
 //! * `reply/*`: RESP parsing straight into a `Reply` (`resp::scan` +
 //!   `resp::build`, src/connection/resp.rs) and `Reply::text()`
 //!   (src/reply.rs).
+//! * `stats/*`: one counter bump through `Stats` vs on a bare atomic.
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port) and killed at
 //!   the end. `pool/shared_checkout` is a checkout + return of a pool slot
@@ -312,10 +313,31 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
     g.finish();
 }
 
+/// A command bumps two to four counters. `stats/inc` is one bump through
+/// [`Stats`] (its memory behind a trait object: the object's own, or the
+/// varnishstat segment in varnishd); `stats/inc_plain_atomic` the same add
+/// on a bare atomic, which is what counting cost before the counters moved
+/// into varnishstat: the difference is what that move added per counter.
+fn bench_stats(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use vmod_redis::stats::Counter;
+    let mut g = c.benchmark_group("stats");
+    let stats = Stats::default();
+    g.bench_function("inc", |b| {
+        b.iter(|| stats.inc(black_box(Counter::CommandsTotal)))
+    });
+    let plain: [AtomicU64; Counter::COUNT] = std::array::from_fn(|_| AtomicU64::new(0));
+    g.bench_function("inc_plain_atomic", |b| {
+        b.iter(|| plain[black_box(Counter::CommandsTotal) as usize].fetch_add(1, Ordering::Relaxed))
+    });
+    g.finish();
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_command(&mut c);
     bench_reply(&mut c);
+    bench_stats(&mut c);
     match Redis::start() {
         Some(redis) => bench_with_redis(&mut c, &redis),
         None => eprintln!(
