@@ -17,6 +17,7 @@ pub mod connection;
 pub mod database;
 pub mod error;
 pub mod reply;
+mod routing;
 pub mod server;
 pub mod stats;
 #[cfg(test)]
