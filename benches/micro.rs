@@ -14,7 +14,7 @@
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port) and killed at
 //!   the end. `pool/shared_checkout` is a checkout + return of a pool slot
-//!   holding a connection (gate, r2d2, no I/O); `pool/private_take_give_back` the per-thread
+//!   holding a connection (gate, idle list, no I/O); `pool/private_take_give_back` the per-thread
 //!   list. `roundtrip/raw_socket_get` is one `GET` on a bare socket (one
 //!   write, reads until `resp::scan` sees the whole reply): the floor;
 //!   `roundtrip/connection_request_get` the same through `Connection::request`;
@@ -231,14 +231,8 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
     let stats = Arc::new(Stats::default());
     let mut g = c.benchmark_group("pool");
     {
-        let threads = Arc::new(scheduled_thread_pool::ScheduledThreadPool::new(1));
         let connector = connector(&redis.sock);
-        let pool = SharedPool::new(
-            connector.location().to_string(),
-            10,
-            Duration::from_secs(1),
-            threads,
-        );
+        let pool = SharedPool::new(connector.location().to_string(), 10, Duration::from_secs(1));
         // The first checkout connects; the benchmark reuses that connection.
         let refresh = |idle: Option<_>| idle.map_or_else(|| connector.connect(&stats), Ok);
         drop(pool.get(&stats, refresh).expect("first checkout"));

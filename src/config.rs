@@ -5,7 +5,7 @@
 //! `vcl.load` with a message that names the argument and the value, instead
 //! of leaving a half-configured object behind. The libvmod-redis this crate
 //! replaces accepts almost anything silently (a port of 0, a malformed
-//! subnet list, `user` without `password`); we reject such input up front.
+//! subnet list); we reject such input up front.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -24,7 +24,7 @@ pub enum ConfigError {
     /// A location string could not be parsed.
     #[error("invalid location \"{value}\": {reason}")]
     InvalidLocation {
-        /// The text as given.
+        /// The text as given, user info redacted ([`redact_credentials`]).
         value: String,
         /// What is wrong with it.
         reason: LocationError,
@@ -68,12 +68,6 @@ pub enum ConfigError {
     NotSupported {
         /// The feature as the operator wrote it, e.g. `type=cluster`.
         what: &'static str,
-    },
-    /// An ACL user name without a password cannot authenticate.
-    #[error("user \"{user}\" is set but password is empty: an ACL user needs a password")]
-    UserWithoutPassword {
-        /// The user name (not secret).
-        user: String,
     },
     /// One entry of a `redis.subnets()` list is malformed.
     #[error("invalid subnets entry \"{entry}\": {reason} (expected \"<weight> <ipv4>/<prefix>\", e.g. \"0 192.168.1.0/24\")")]
@@ -120,6 +114,9 @@ pub enum LocationError {
     /// A URL such as `redis://host:6379`: only the address is wanted here.
     #[error("write host:port, not a URL")]
     Url,
+    /// `user:password@host:port`: credentials have arguments of their own.
+    #[error("credentials go in user and password, not in the location")]
+    UserInfo,
 }
 
 /// Where a Redis server listens.
@@ -179,6 +176,37 @@ fn parse_port(text: &str) -> Result<u16, LocationError> {
     }
 }
 
+/// `text` with the user info of anything written like a URL or
+/// `user:password@host` replaced by `***`, for messages that echo what the
+/// operator wrote (`redis://:s3cret@host/0` becomes `redis://***@host/0`).
+/// Locations never hold credentials, so a value with `@` in it is refused
+/// anyway; only its host part is worth showing.
+pub(crate) fn redact_credentials(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // Each `@` ends user info that starts after the last separator (or
+    // `://`) before it.
+    while let Some(at) = rest.find('@') {
+        let before = &rest[..at];
+        let start = [
+            before.rfind("://").map(|i| i + 3),
+            before
+                .char_indices()
+                .rfind(|(_, c)| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '('))
+                .map(|(i, c)| i + c.len_utf8()),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+        out.push_str(&before[..start]);
+        out.push_str("***@");
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn parse_location(text: &str) -> Result<Location, LocationError> {
     if text.is_empty() {
         return Err(LocationError::Empty);
@@ -188,6 +216,9 @@ fn parse_location(text: &str) -> Result<Location, LocationError> {
     }
     if text.contains("://") {
         return Err(LocationError::Url);
+    }
+    if text.contains('@') {
+        return Err(LocationError::UserInfo);
     }
     if let Some(rest) = text.strip_prefix('[') {
         let (addr, after) = rest
@@ -245,7 +276,7 @@ impl FromStr for Location {
     /// written twice compares equal.
     fn from_str(text: &str) -> Result<Location, ConfigError> {
         parse_location(text.trim()).map_err(|reason| ConfigError::InvalidLocation {
-            value: text.to_owned(),
+            value: redact_credentials(text),
             reason,
         })
     }
@@ -638,13 +669,10 @@ impl DbConfig {
         if args.tls || tls_material.iter().any(|s| !s.is_empty()) {
             return Err(ConfigError::NotSupported { what: "tls" });
         }
-        if !args.user.is_empty() && args.password.is_empty() {
-            return Err(ConfigError::UserWithoutPassword {
-                user: args.user.to_owned(),
-            });
-        }
-        let user = (!args.user.is_empty()).then(|| args.user.to_owned());
+        // As the C VMOD: no password, no AUTH, and so no user either
+        // (commands then get the server's NOAUTH error reply if it wants one).
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
+        let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
         Ok(DbConfig {
@@ -681,7 +709,7 @@ mod tests {
     fn loc_err(text: &str) -> LocationError {
         match text.parse::<Location>() {
             Err(ConfigError::InvalidLocation { value, reason }) => {
-                assert_eq!(value, text);
+                assert_eq!(value, redact_credentials(text));
                 reason
             }
             other => panic!("{text:?}: expected InvalidLocation, got {other:?}"),
@@ -761,6 +789,8 @@ mod tests {
             ("./redis.sock", RelativePath),
             ("dir/x:6379", RelativePath),
             ("redis://localhost:6379", Url),
+            ("alice:pw@localhost:6379", UserInfo),
+            ("pw@localhost:6379", UserInfo),
             ("256.1.1.1:6379", InvalidHost),
             ("10.0.0:6379", InvalidHost),
             ("bad host:6379", InvalidHost),
@@ -779,6 +809,30 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid location \"127.0.0.1:0\": port must be a number from 1 to 65535"
+        );
+    }
+
+    #[test]
+    fn credentials_never_echoed() {
+        for (text, shown) in [
+            ("redis://:s3cret@host/0", "redis://***@host/0"),
+            ("rediss://alice:s3cret@h:6380", "rediss://***@h:6380"),
+            ("alice:s3cret@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("a@b, c:d@e", "***@b, ***@e"),
+            ("p@ss@host:1", "***@***@host:1"),
+            ("127.0.0.1:6379", "127.0.0.1:6379"),
+        ] {
+            assert_eq!(redact_credentials(text), shown, "{text:?}");
+        }
+        let err = "redis://:s3cret@host/0".parse::<Location>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid location \"redis://***@host/0\": write host:port, not a URL"
+        );
+        let err = "alice:s3cret@host:6379".parse::<Location>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid location \"***@host:6379\": credentials go in user and password, not in the location"
         );
     }
 
@@ -1143,13 +1197,13 @@ mod tests {
             ..base
         })
         .contains("too large"));
-        assert_eq!(
-            err(DbArgs {
-                user: "bob",
-                ..base
-            }),
-            "user \"bob\" is set but password is empty: an ACL user needs a password"
-        );
+        // A user without a password is accepted and sends no AUTH (C VMOD).
+        let c = DbConfig::from_args(&DbArgs {
+            user: "bob",
+            ..base
+        })
+        .unwrap();
+        assert_eq!((c.user, c.password), (None, None));
     }
 
     #[test]
@@ -1314,7 +1368,8 @@ mod proptests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-        /// Any text: no panic; an error names the text as given; a parsed
+        /// Any text: no panic; an error names the text as given (user info
+        /// redacted); a parsed
         /// location prints as text that parses back to it, unchanged.
         #[test]
         fn location_parses_back_from_its_display(text in location_text()) {
@@ -1329,7 +1384,9 @@ mod proptests {
                         prop_assert_eq!(location.ip().is_some(), host.parse::<IpAddr>().is_ok());
                     }
                 }
-                Err(ConfigError::InvalidLocation { value, .. }) => prop_assert_eq!(value, text),
+                Err(ConfigError::InvalidLocation { value, .. }) => {
+                    prop_assert_eq!(value, redact_credentials(&text));
+                }
                 Err(other) => prop_assert!(false, "{:?}: {:?}", text, other),
             }
         }
@@ -1468,7 +1525,6 @@ mod proptests {
                 && matches!(a.protocol, "RESP2" | "RESP3" | "default")
                 && !a.tls
                 && [a.tls_cafile, a.tls_capath, a.tls_sni].iter().all(|s| s.is_empty())
-                && (a.user.is_empty() || !a.password.is_empty())
                 && a.sickness_ttl >= 0
                 && u32_count(a.max_cluster_hops);
             match DbConfig::from_args(&a) {
@@ -1483,7 +1539,7 @@ mod proptests {
                     prop_assert_eq!(c.command_timeout, ms(a.command_timeout));
                     prop_assert_eq!(c.connection_ttl, (a.connection_ttl > 0).then(|| Duration::from_secs(a.connection_ttl as u64)));
                     prop_assert_eq!(c.sickness_ttl, Duration::from_secs(a.sickness_ttl as u64));
-                    prop_assert_eq!(c.user.as_deref(), (!a.user.is_empty()).then_some(a.user));
+                    prop_assert_eq!(c.user.as_deref(), (!a.user.is_empty() && !a.password.is_empty()).then_some(a.user));
                     prop_assert_eq!(c.password.as_deref(), (!a.password.is_empty()).then_some(a.password.0));
                     prop_assert_eq!(
                         (c.shared_connections, c.ignore_slaves, c.debug),

@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
-
 use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbConfig, Role};
 use crate::connection::private::PrivateConnections;
@@ -18,14 +16,25 @@ use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsConte
 /// The `ROLE` request, packed.
 const ROLE: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
 
+/// What [`Database::execute`] tells its caller besides the result.
+pub enum Note<'a> {
+    /// A routing or connection decision, for `debug=true`.
+    Debug(&'a str),
+    /// Something the operator should know, reported once (not per command).
+    Warning(&'a str),
+}
+
+/// Bound of each step of the role check in `vcl_init` (connect, `ROLE`)
+/// when the object's timeout is 0 or longer: the CLI thread must not wait
+/// long, and a server that does not answer in time is asked again by the
+/// first command.
+const LOAD_STEP_CAP: Duration = Duration::from_millis(500);
+
 /// What `.stats()` renders.
 pub enum StatsFormat<'a> {
     Json,
     Prometheus(&'a PrometheusOptions<'a>),
 }
-
-/// Numbers the pool threads so each database can wait for its own.
-static POOL_THREAD_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How long a worker waits for a pooled connection when
 /// `connection_timeout` is 0 ("no timeout"): workers never wait unbounded.
@@ -44,9 +53,6 @@ pub struct Database {
     stats: Arc<Stats>,
     servers: Vec<Server>,
     connections: Connections,
-    /// Name of the thread that makes r2d2's pool slots (shared mode), waited for
-    /// on drop.
-    pool_thread_name: String,
 }
 
 /// A connection held for one command; goes back to its thread's list or
@@ -112,20 +118,7 @@ impl Database {
             health,
         );
         stats.inc(Counter::ServersTotal);
-        let pool_thread_name = format!(
-            "vredis-{}",
-            POOL_THREAD_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
         let connections = if config.shared_connections {
-            // One thread per database makes the pool slots for r2d2
-            // (its default would be three per pool).
-            let threads = Arc::new(
-                ScheduledThreadPool::builder()
-                    .num_threads(1)
-                    .thread_name_pattern(&pool_thread_name)
-                    .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
-                    .build(),
-            );
             let wait = config
                 .connection_timeout
                 .filter(|wait| !wait.is_zero())
@@ -134,7 +127,6 @@ impl Database {
                 connector.location().to_string(),
                 config.max_connections,
                 wait,
-                threads,
             )])
         } else {
             Connections::Private(Box::new(PrivateConnections::new(config.max_connections)))
@@ -145,7 +137,6 @@ impl Database {
             stats,
             servers: vec![server],
             connections,
-            pool_thread_name,
         };
         for server in &db.servers {
             if server.role() == Role::Auto && db.discover_role(server).is_none() {
@@ -180,10 +171,18 @@ impl Database {
         }
     }
 
-    /// Asks `ROLE` on a fresh connection and records the answer.
+    /// Asks `ROLE` on a fresh connection and records the answer. Runs in
+    /// `vcl_init`: each step is bounded by its timeout, at most
+    /// [`LOAD_STEP_CAP`].
     fn discover_role(&self, server: &Server) -> Option<Role> {
-        let mut conn = server.connector.connect(&self.stats).ok()?;
-        let reply = conn.request(ROLE, self.config.connection_timeout).ok()?;
+        let cap = |timeout: Option<Duration>| {
+            Some(timeout.map_or(LOAD_STEP_CAP, |timeout| timeout.min(LOAD_STEP_CAP)))
+        };
+        let mut conn = server
+            .connector
+            .connect_within(&self.stats, cap(self.config.connection_timeout))
+            .ok()?;
+        let reply = conn.request(ROLE, cap(self.config.command_timeout)).ok()?;
         let role = role_from_reply(&reply)?;
         server.set_role(role);
         Some(role)
@@ -241,25 +240,58 @@ impl Database {
         }
     }
 
-    /// `conn` unless it is past `connection_ttl` or older than the server's
-    /// last failure (then dropped and counted).
-    fn still_usable(&self, server: &Server, conn: Connection, now: Instant) -> Option<Connection> {
+    /// `conn` unless it is past `connection_ttl`, older than the server's
+    /// last failure, or closed by the server while idle (then dropped and
+    /// counted).
+    fn still_usable(
+        &self,
+        server: &Server,
+        mut conn: Connection,
+        now: Instant,
+    ) -> Option<Connection> {
         if conn.expired(self.config.connection_ttl, now) {
             self.stats.inc(Counter::DroppedTtl);
             None
         } else if server.health.outdates(conn.created()) {
             self.stats.inc(Counter::DroppedSick);
             None
+        } else if conn.closed_while_idle(now) {
+            // Redis `timeout`, a proxy, CLIENT KILL: found before a command
+            // is written to it and fails.
+            self.stats.inc(Counter::DroppedHungUp);
+            None
         } else {
             Some(conn)
         }
     }
 
-    /// A new connection to `server`; a failure makes the server sick.
+    /// A new connection to `server`; a failure makes the server sick and
+    /// spaces the next attempts, which fail at once until then.
     fn connect(&self, server: &Server) -> Result<Connection> {
-        server.connector.connect(&self.stats).inspect_err(|_| {
-            server.health.mark_failed();
-        })
+        if let Err(wait) = server.health.may_connect() {
+            return Err(Error::Backoff {
+                server: server.connector.location().to_string(),
+                retry_in_ms: wait.as_millis().max(1),
+            });
+        }
+        // With connection_timeout=0 (none), a server that accepts and never
+        // answers the handshake would hold the worker for good: the
+        // command timeout bounds it then.
+        let timeout = self
+            .config
+            .connection_timeout
+            .or(self.config.command_timeout);
+        match server.connector.connect_within(&self.stats, timeout) {
+            Ok(conn) => {
+                server.health.connect_succeeded();
+                Ok(conn)
+            }
+            Err(err) => {
+                server.health.mark_failed();
+                server.health.connect_failed();
+                Err(err)
+            }
+        }
     }
 
     /// Runs `command` and returns its reply (error replies included). A
@@ -270,7 +302,7 @@ impl Database {
         &self,
         command: &mut Command,
         master: bool,
-        debug: &mut dyn FnMut(&str),
+        debug: &mut dyn FnMut(Note),
     ) -> Result<Reply> {
         let timeout = command
             .timeout
@@ -299,7 +331,8 @@ impl Database {
                 Err(err) if attempt < retries => {
                     self.stats.inc(Counter::CommandsFailed);
                     if self.config.debug {
-                        debug(&format!("attempt {} failed ({err}); retrying", attempt + 1));
+                        let text = format!("attempt {} failed ({err}); retrying", attempt + 1);
+                        debug(Note::Debug(&text));
                     }
                     attempt += 1;
                     self.stats.inc(Counter::CommandsRetried);
@@ -317,25 +350,44 @@ impl Database {
         command: &mut Command,
         master: bool,
         timeout: Option<Duration>,
-        debug: &mut dyn FnMut(&str),
+        debug: &mut dyn FnMut(Note),
     ) -> Result<Reply> {
         let index = self.pick_server(master)?;
         let server = &self.servers[index];
         if self.config.debug {
-            debug(&format!(
+            debug(Note::Debug(&format!(
                 "sending {} to {}",
                 command.logged_name(),
                 server.connector.location()
-            ));
+            )));
         }
         let mut lease = self.lease(index)?;
         let conn = lease.conn();
-        if server.role() == Role::Auto {
-            let reply = self.request(conn, server, ROLE, timeout)?;
-            if let Some(role) = role_from_reply(&reply) {
-                server.set_role(role);
-                if role == Role::Slave && (master || self.config.ignore_slaves) {
-                    return Err(Error::NoServer { role: "master" });
+        // Once per connection at most: a server that does not answer
+        // stays `auto` and is asked on the next connection.
+        if server.role() == Role::Auto && !conn.role_asked() {
+            conn.set_role_asked();
+            match self.request(conn, server, ROLE, timeout)? {
+                // An ACL user without +role, or ROLE renamed away: it will
+                // never answer, so fall back for good. (Other errors, such
+                // as LOADING, leave the role to the next connection.)
+                Reply::Error(text)
+                    if text.starts_with("NOPERM") || text.starts_with("ERR unknown command") =>
+                {
+                    if server.role_refused() {
+                        debug(Note::Warning(&format!(
+                            "ROLE refused by {} ({text}): taken as a master",
+                            server.connector.location()
+                        )));
+                    }
+                }
+                reply => {
+                    if let Some(role) = role_from_reply(&reply) {
+                        server.set_role(role);
+                        if role == Role::Slave && (master || self.config.ignore_slaves) {
+                            return Err(Error::NoServer { role: "master" });
+                        }
+                    }
                 }
             }
         }
@@ -431,47 +483,14 @@ impl Database {
     }
 }
 
-impl Drop for Database {
-    /// Closes every connection and waits (bounded) until the pool thread has
-    /// exited: after `vcl.discard` varnishd may unload the .so, and a thread
-    /// still running its code would crash the child.
-    fn drop(&mut self) {
-        let connections = std::mem::replace(
-            &mut self.connections,
-            Connections::Private(Box::new(PrivateConnections::new(1))),
-        );
-        let shared = matches!(connections, Connections::Shared(_));
-        drop(connections);
-        if shared {
-            let bound = self.config.connection_timeout.unwrap_or(DEFAULT_POOL_WAIT)
-                + Duration::from_secs(1);
-            wait_for_thread_exit(&self.pool_thread_name, bound);
-        }
-    }
-}
-
-/// Waits until no thread of this process is named `name` (as
-/// /proc/self/task/*/comm shows it), at most `bound`.
-fn wait_for_thread_exit(name: &str, bound: Duration) {
-    let deadline = Instant::now() + bound;
-    let running = || {
-        std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| {
-            tasks.flatten().any(|task| {
-                std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|comm| comm.trim_end() == name)
-            })
-        })
-    };
-    while running() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{DbArgs, Secret};
     use crate::testing::RedisProcess;
+
+    /// Longer than a connection must be idle to be checked before use.
+    const IDLE_CHECK_WAIT: Duration = Duration::from_millis(600);
 
     fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
         let location = redis.location();
@@ -797,6 +816,74 @@ mod tests {
         let err = run(&bad, &["PING"]).unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err}");
         assert!(bad.stats().get(Counter::ConnectionsFailed) >= 1);
+    }
+
+    #[test]
+    fn an_idle_connection_the_server_closed_is_replaced_before_use() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| args.shared_connections = shared);
+            run(&db, &["PING"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            std::thread::sleep(IDLE_CHECK_WAIT);
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            let stats = db.stats();
+            assert_eq!(stats.get(Counter::CommandsFailed), 0, "shared={shared}");
+            assert_eq!(stats.get(Counter::DroppedHungUp), 1, "shared={shared}");
+            assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
+            // The server is not blamed for it.
+            assert!(!db.servers()[0].health.is_sick(Instant::now()));
+        }
+    }
+
+    #[test]
+    fn without_hello_the_password_goes_in_auth_and_never_in_errors() {
+        let redis = RedisProcess::start(&[
+            "--requirepass",
+            "Sup3rS3cret",
+            "--rename-command",
+            "HELLO",
+            "",
+        ]);
+        for protocol in ["RESP2", "RESP3"] {
+            let good = database(&redis, |args| {
+                args.password = Secret("Sup3rS3cret");
+                args.protocol = protocol;
+            });
+            assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            // RESP2 replies whatever was asked: the server has no HELLO.
+            assert_eq!(
+                run(&good, &["HGETALL", "none"]).unwrap(),
+                Reply::Array(vec![])
+            );
+            let bad = database(&redis, |args| {
+                args.password = Secret("Wr0ngS3cret");
+                args.protocol = protocol;
+            });
+            let err = run(&bad, &["PING"]).unwrap_err().to_string();
+            assert!(err.contains("authentication failed (WRONGPASS"), "{err}");
+            assert!(!err.contains("S3cret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_failed_connect_makes_the_next_commands_fail_fast_until_the_spacing_ends() {
+        let redis = RedisProcess::start(&["--requirepass", "right"]);
+        let db = database(&redis, |args| args.password = Secret("wrong"));
+        assert!(matches!(run(&db, &["PING"]), Err(Error::Connect { .. })));
+        // 100 ms of commands: attempts at 0, 25 and 75 ms at most.
+        let started = Instant::now();
+        let mut spaced = 0;
+        while started.elapsed() < Duration::from_millis(100) {
+            if matches!(run(&db, &["PING"]), Err(Error::Backoff { .. })) {
+                spaced += 1;
+            }
+        }
+        assert!(spaced > 0);
+        assert!((1..=3).contains(&db.stats().get(Counter::ConnectionsFailed)));
+        redis.cli(&["-a", "right", "CONFIG", "SET", "requirepass", "wrong"]);
+        std::thread::sleep(crate::server::MAX_BACKOFF);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
     }
 
     #[test]

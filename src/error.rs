@@ -11,6 +11,8 @@ pub enum Error {
     Unsupported { feature: &'static str },
     #[error("cannot connect to {server}: {detail}")]
     Connect { server: String, detail: String },
+    #[error("not connecting to {server} for {retry_in_ms} ms more: the last attempt failed")]
+    Backoff { server: String, retry_in_ms: u128 },
     #[error("no connection to {server} within {waited_ms} ms (pool of {pool_size}): {detail}")]
     PoolTimeout {
         server: String,

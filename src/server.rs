@@ -1,5 +1,5 @@
 //! One Redis server of a database: where it is, its role, its health.
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,20 @@ pub struct Health {
     epoch: Instant,
     sickness_ttl: Duration,
     failed_at_us: AtomicU64,
+    /// No connection attempt before this (microseconds since `epoch`; 0:
+    /// any time). Set after a failed connect or handshake, so that workers
+    /// do not all hammer a server that refuses them (every attempt a new
+    /// socket in TIME_WAIT), and moved by the one worker that tries again.
+    connect_at_us: AtomicU64,
+    /// The spacing after the last failed attempt (0: the last one worked).
+    backoff_us: AtomicU64,
 }
+
+/// First spacing of connection attempts after a failure, doubled after each
+/// failed attempt up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(25);
+/// Longest spacing: a server that comes back is used again within it.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Health {
     pub fn new(sickness_ttl: Duration) -> Self {
@@ -23,6 +36,52 @@ impl Health {
             epoch: Instant::now(),
             sickness_ttl,
             failed_at_us: AtomicU64::new(0),
+            connect_at_us: AtomicU64::new(0),
+            backoff_us: AtomicU64::new(0),
+        }
+    }
+
+    /// May this worker open a connection now? After a failed attempt only
+    /// one worker per spacing may (it claims the next slot); the others get
+    /// how long until the next attempt.
+    pub(crate) fn may_connect(&self) -> Result<(), Duration> {
+        let at = self.connect_at_us.load(Ordering::Relaxed);
+        if at == 0 {
+            return Ok(());
+        }
+        let now = self.us_since_epoch(Instant::now());
+        if now < at {
+            return Err(Duration::from_micros(at - now));
+        }
+        // Claim this attempt: until it ends (and moves the time again),
+        // others wait one more spacing.
+        let next = now + self.backoff_us.load(Ordering::Relaxed).max(1);
+        match self
+            .connect_at_us
+            .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(()),
+            Err(0) => Ok(()),
+            Err(other) => Err(Duration::from_micros(other.saturating_sub(now))),
+        }
+    }
+
+    /// A connect or handshake failed: space the next attempts more.
+    pub(crate) fn connect_failed(&self) {
+        let min = MIN_BACKOFF.as_micros() as u64;
+        let max = MAX_BACKOFF.as_micros() as u64;
+        let backoff = (self.backoff_us.load(Ordering::Relaxed) * 2).clamp(min, max);
+        self.backoff_us.store(backoff, Ordering::Relaxed);
+        let now = self.us_since_epoch(Instant::now());
+        self.connect_at_us.store(now + backoff, Ordering::Relaxed);
+    }
+
+    /// A connection was opened: no more spacing.
+    pub(crate) fn connect_succeeded(&self) {
+        // Read first: on the hot path nothing is written.
+        if self.connect_at_us.load(Ordering::Relaxed) != 0 {
+            self.backoff_us.store(0, Ordering::Relaxed);
+            self.connect_at_us.store(0, Ordering::Relaxed);
         }
     }
 
@@ -70,6 +129,8 @@ pub struct Server {
     pub connector: Connector,
     pub health: Arc<Health>,
     role: AtomicU8,
+    /// `ROLE` was refused (an ACL user without it): logged once.
+    role_refused: AtomicBool,
 }
 
 impl Server {
@@ -79,6 +140,7 @@ impl Server {
             connector,
             health,
             role: AtomicU8::new(ROLE_UNKNOWN),
+            role_refused: AtomicBool::new(false),
         };
         server.set_role(role);
         server
@@ -91,6 +153,13 @@ impl Server {
             ROLE_SLAVE => Role::Slave,
             _ => Role::Auto,
         }
+    }
+
+    /// `ROLE` was refused: the server is taken as a master from now on.
+    /// True the first time only, for a log line.
+    pub(crate) fn role_refused(&self) -> bool {
+        self.set_role(Role::Master);
+        !self.role_refused.swap(true, Ordering::Relaxed)
     }
 
     pub fn set_role(&self, role: Role) {
@@ -136,6 +205,30 @@ mod tests {
         assert!(!health.is_sick(Instant::now() + Duration::from_millis(100)));
         std::thread::sleep(Duration::from_millis(5));
         assert!(!health.outdates(Instant::now()));
+    }
+
+    #[test]
+    fn connect_attempts_are_spaced_after_failures() {
+        let health = Health::new(Duration::from_secs(1));
+        assert_eq!(health.may_connect(), Ok(()));
+        health.connect_failed();
+        let wait = health.may_connect().unwrap_err();
+        assert!(wait <= MIN_BACKOFF, "{wait:?}");
+        std::thread::sleep(MIN_BACKOFF);
+        // One worker gets to try; the others wait for its outcome.
+        assert_eq!(health.may_connect(), Ok(()));
+        assert!(health.may_connect().is_err());
+        health.connect_failed();
+        let wait = health.may_connect().unwrap_err();
+        assert!(wait > MIN_BACKOFF && wait <= 2 * MIN_BACKOFF, "{wait:?}");
+        for _ in 0..20 {
+            health.connect_failed();
+        }
+        let wait = health.may_connect().unwrap_err();
+        assert!(wait > MAX_BACKOFF / 2 && wait <= MAX_BACKOFF, "{wait:?}");
+        health.connect_succeeded();
+        assert_eq!(health.may_connect(), Ok(()));
+        assert_eq!(health.may_connect(), Ok(()));
     }
 
     #[test]

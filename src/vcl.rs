@@ -9,8 +9,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::command::Command;
-use crate::config::{DbArgs, DbConfig, Subnets};
-use crate::database::{Database, StatsFormat};
+use crate::config::{redact_credentials, DbArgs, DbConfig, Subnets};
+use crate::database::{Database, Note, StatsFormat};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
 use crate::reply::Reply;
@@ -87,8 +87,9 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
 /// `.add_server()`: more servers per database come with replicas support.
 pub fn add_server(ctx: &Ctx, db: &Database, location: &str, _role: &str) {
     ctx.fail(&format!(
-        "[REDIS] db {}: add_server({location}): more than one server per database is not supported yet",
-        db.name()
+        "[REDIS] db {}: add_server({}): more than one server per database is not supported yet",
+        db.name(),
+        redact_credentials(location)
     ));
 }
 
@@ -122,7 +123,8 @@ pub fn sentinels(ctx: &Ctx, locations: &str) {
     };
     if !locations.trim().is_empty() {
         ctx.fail(&format!(
-            "[REDIS] sentinels(\"{locations}\"): Sentinel support is not supported yet"
+            "[REDIS] sentinels(\"{}\"): Sentinel support is not supported yet",
+            redact_credentials(&locations)
         ));
     }
 }
@@ -189,12 +191,16 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
         log_error(ctx, db, "execute(): no command (call .command() first)");
         return;
     };
-    let mut debug = |msg: &str| ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name()));
+    let mut debug = |note: Note| match note {
+        Note::Debug(msg) => ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name())),
+        Note::Warning(msg) => log_error(ctx, db, msg),
+    };
     match db.execute(command, master, &mut debug) {
         Ok(reply) => {
             // An error reply is kept as the reply, and logged (as the C VMOD).
             if let Reply::Error(text) = &reply {
                 let name = command.logged_name();
+                let text = crate::connection::loggable_error(text);
                 log_error(ctx, db, &format!("{name}: error reply: {text}"));
             }
             slot.reply = Some(reply);

@@ -30,12 +30,15 @@
 //! # Scenarios (each in private and shared mode unless said otherwise)
 //! * `s1.kill-restart.*`: Redis SIGKILLed under load (20 clients), restarted
 //!   2 s later on its port: every request answered (fallback while down),
-//!   no fallback from `sickness_ttl` + 1 s after the restart on, the
+//!   no fallback from `sickness_ttl` + 1 s after the restart on, a reply
+//!   within the reconnect spacing cap (1 s) + 1 s of Redis answering PING,
+//!   failed connection attempts bounded by the spacing (no storm), the
 //!   counters reconcile with what the clients saw.
 //! * `s2.freeze.*.retries{0,1}`: Redis SIGSTOPped for 5 s (50 clients, both
 //!   timeouts 200 ms, shared pool of 4): every request within
 //!   `(connection_timeout + command_timeout) x (1 + retries) + 50 ms`,
-//!   no fallback once that long after SIGCONT.
+//!   no fallback once that long (plus the 1 s reconnect spacing cap) after
+//!   SIGCONT.
 //! * `s3.pool-exhaustion.*`: 200 clients, `max_connections=1`, fast commands
 //!   then one in four a 10 ms `DEBUG SLEEP`: every request replied or timed
 //!   out within the bound, `workers.blocked` counts (shared), replies in
@@ -1506,6 +1509,11 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     let outage = figures(&report.window(killed, up));
     let post = figures(&report.window(restarted + recover_within, f64::MAX));
     let first_ok_after = report.first_ok_after(restarted);
+    let first_ok_after_up = report.first_ok_after(up);
+    // Reconnects are spaced up to MAX_BACKOFF while Redis is down: the
+    // server is tried again that long after it is back, at the latest.
+    let backoff_cap = vmod_redis::server::MAX_BACKOFF.as_secs_f64();
+    let recovery_bound = backoff_cap + 1.0;
     let last_fallback_end = report.last_fallback_end();
     s.say(format!(
         "{clients} clients, {:.1} s; Redis SIGKILLed at {killed:.2} s, restarted at {restarted:.2} s (answering PING at {up:.2} s), sickness_ttl {} s",
@@ -1521,6 +1529,11 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
         last_fallback_end.map_or("never".into(), |end| ms(end - restarted)),
         ms(recover_within)
     ));
+    s.say(format!(
+        "first reply {} after Redis answered PING (limit: reconnect spacing cap + 1 s = {})",
+        first_ok_after_up.map_or("never".into(), ms),
+        ms(recovery_bound)
+    ));
     s.say(format!("counters: {counters}"));
     s.say(format!("child before the kill: {before}"));
     s.say(format!("child after: {after}"));
@@ -1528,6 +1541,32 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
     check_answers(&all, &mut s.failures);
     s.check(pre.fallback == 0, || {
         format!("{} fallbacks before the kill", pre.fallback)
+    });
+    s.check(
+        first_ok_after_up.is_some_and(|after| after <= recovery_bound),
+        || {
+            format!(
+                "no reply within {} of Redis answering PING again",
+                ms(recovery_bound)
+            )
+        },
+    );
+    // No storm: one worker at a time tries, 25 ms apart doubling to the
+    // cap (7 attempts in the first 2.5 s, then one per cap), instead of
+    // every worker on every request.
+    let down_secs = up - killed;
+    let attempts_bound = (8.0 + down_secs / backoff_cap).ceil() as u64;
+    s.say(format!(
+        "failed connection attempts while down {}: {} (limit {attempts_bound})",
+        ms(down_secs),
+        counters.get("connections.failed")
+    ));
+    s.check(counters.get("connections.failed") <= attempts_bound, || {
+        format!(
+            "{} failed connection attempts in {} down (limit {attempts_bound})",
+            counters.get("connections.failed"),
+            ms(down_secs)
+        )
     });
     s.check(outage.requests > 0 && outage.fallback > 0, || {
         format!("no request answered while Redis was down: {outage}")
@@ -1568,7 +1607,11 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
         std::slice::from_ref(&db),
     )?;
     let bound = db.command_bound();
-    let (stop_at, frozen_for, tail) = (1.5, 5.0, 1.5);
+    // Connects time out too once the frozen server's accept queue is full;
+    // after failed connects, attempts are spaced up to MAX_BACKOFF, which
+    // may delay the first new connection after SIGCONT by that much.
+    let recover_s = bound.as_secs_f64() + vmod_redis::server::MAX_BACKOFF.as_secs_f64();
+    let (stop_at, frozen_for, tail) = (1.5, 5.0, recover_s + 1.0);
     let clients = 50;
     let load = LoadSpec {
         port: s.varnish.port,
@@ -1589,8 +1632,7 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
 
     let all = report.all();
     let frozen = figures(&report.window(stopped, continued));
-    let bound_s = bound.as_secs_f64();
-    let recovered = figures(&report.window(continued + bound_s, f64::MAX));
+    let recovered = figures(&report.window(continued + recover_s, f64::MAX));
     let last_fallback_end = report.last_fallback_end();
     let first_ok_after = report.first_ok_after(continued);
     s.say(format!(
@@ -1606,7 +1648,10 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
     ));
     s.say(format!("all: {all}"));
     s.say(format!("frozen: {frozen}"));
-    s.say(format!("from SIGCONT + bound on: {recovered}"));
+    s.say(format!(
+        "from SIGCONT + bound + reconnect spacing cap ({}) on: {recovered}",
+        ms(recover_s)
+    ));
     s.say(format!(
         "after SIGCONT: first reply at +{}, last fallback answered at +{}",
         first_ok_after.map_or("never".into(), ms),
@@ -1625,7 +1670,7 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
         format!("no fallback while Redis was frozen: {frozen}")
     });
     s.check(recovered.fallback == 0 && recovered.ok > 0, || {
-        format!("not recovered within the bound after SIGCONT: {recovered}")
+        format!("not recovered within the bound + reconnect spacing cap after SIGCONT: {recovered}")
     });
     check_counters(&all, &counters, &mut s.failures);
     s.check_leaks(&after, connection_bound(&db));

@@ -56,6 +56,9 @@
 //!
 //! # Macros passed to varnishtest (`-Dname=value`)
 //! * `${vmod_so}`: absolute path of the .so to import.
+//! * `${vmod_so_copy}`: a copy of it with another file id, which varnishd
+//!   loads as a second module (two builds loaded at once, as during an
+//!   upgrade). Made only for files that use the macro.
 //! * `${vmod_dir}`: the directory holding it, for VCL that says just
 //!   `import redis;`: `varnish v1 -arg "-p vmod_path=${vmod_dir}"`.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
@@ -375,6 +378,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         ),
         ("harness_tmpdir".into(), dir.display().to_string()),
     ];
+    if text.contains("${vmod_so_copy}") {
+        let copy = support::vmod_so_copy()?;
+        macros.push(("vmod_so_copy".into(), copy.display().to_string()));
+    }
     let mut ports: HashMap<String, u16> = HashMap::new();
     let mut timeout = std::env::var("VTC_TIMEOUT")
         .ok()

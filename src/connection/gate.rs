@@ -1,10 +1,10 @@
 //! Admission to a shared pool in arrival order.
 //!
-//! r2d2 wakes one waiter when a slot comes back, but any worker that
-//! asks at that moment can take it first. Under heavy contention (hundreds
+//! A pool that wakes one waiter when a connection comes back (as r2d2
+//! does) lets any worker that asks at that moment take it first. Under heavy contention (hundreds
 //! of workers, a handful of connections) that lets a few unlucky workers
 //! wait past their bound while others get through at once. The gate holds
-//! as many permits as the pool has slots and hands a released permit
+//! as many permits as the pool has connections and hands a released permit
 //! straight to the longest-waiting worker, so a wait is bounded by the
 //! queue ahead of it rather than by luck.
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
 //! Connections to one Redis server, and the two ways workers hold them:
-//! [`private`] (per worker thread, no lock) and [`shared`] (r2d2 pool).
+//! [`private`] (per worker thread, no lock) and [`shared`] (one bounded pool).
 //!
 //! The wire protocol is ours ([`resp`]): plain blocking sockets with
 //! timeouts, requests packed once by [`crate::command::Command`], replies
@@ -36,6 +36,11 @@ pub struct Connector {
     location: String,
     /// The request sent right after connecting (HELLO / AUTH), if any.
     handshake: Option<Vec<u8>>,
+    /// The handshake is `HELLO` (a protocol was asked for).
+    sends_hello: bool,
+    /// `AUTH`, if there is a password, for a server that does not know
+    /// `HELLO` (Redis < 6, or `HELLO` renamed away).
+    auth_without_hello: Option<Vec<u8>>,
     connect_timeout: Option<Duration>,
 }
 
@@ -68,6 +73,8 @@ impl Connector {
             address,
             location: location.to_string(),
             handshake: handshake(user, password, protocol),
+            sends_hello: protocol != Protocol::Default,
+            auth_without_hello: handshake(user, password, Protocol::Default),
             connect_timeout,
         })
     }
@@ -79,7 +86,17 @@ impl Connector {
 
     /// Opens a connection (HELLO / AUTH included), counting the outcome.
     pub fn connect(&self, stats: &Stats) -> Result<Connection> {
-        match self.open() {
+        self.connect_within(stats, self.connect_timeout)
+    }
+
+    /// As [`Connector::connect`], with `timeout` bounding the connect and
+    /// the handshake instead of `connection_timeout`.
+    pub(crate) fn connect_within(
+        &self,
+        stats: &Stats,
+        timeout: Option<Duration>,
+    ) -> Result<Connection> {
+        match self.open(timeout) {
             Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
                 Ok(conn)
@@ -94,15 +111,14 @@ impl Connector {
         }
     }
 
-    fn open(&self) -> std::result::Result<Connection, String> {
+    fn open(&self, timeout: Option<Duration>) -> std::result::Result<Connection, String> {
         let stream = match &self.address {
             Address::Tcp { host, port } => {
                 let addrs: Vec<SocketAddr> = (host.as_str(), *port)
                     .to_socket_addrs()
                     .map_err(|err| format!("cannot resolve {host}: {err}"))?
                     .collect();
-                let stream =
-                    connect_any(&addrs, self.connect_timeout).map_err(|e| e.to_string())?;
+                let stream = connect_any(&addrs, timeout).map_err(|e| e.to_string())?;
                 // Requests are single writes; never wait for Nagle.
                 stream.set_nodelay(true).map_err(|e| e.to_string())?;
                 Stream::Tcp(stream)
@@ -117,27 +133,57 @@ impl Connector {
             start: 0,
             end: 0,
             created: Instant::now(),
+            last_used: Instant::now(),
+            role_asked: false,
             timeout: None,
             broken: false,
             scan: resp::ScanState::default(),
         };
         if let Some(handshake) = &self.handshake {
             // The handshake is bounded by the connect timeout too.
-            match conn.request(handshake, self.connect_timeout) {
-                Ok(Reply::Error(text)) => {
-                    let what = if text.starts_with("WRONGPASS") || text.contains("invalid password")
-                    {
-                        "authentication failed"
-                    } else {
-                        "handshake refused"
-                    };
-                    return Err(format!("{what}: {text}"));
+            if let Some(text) = conn.handshake(handshake, timeout)? {
+                if !(self.sends_hello && text.starts_with("ERR unknown command")) {
+                    return Err(refusal(&text));
                 }
-                Ok(_) => {}
-                Err(failure) => return Err(format!("handshake failed: {failure}")),
+                // No HELLO here: as redis-rs does, AUTH alone and RESP2.
+                if let Some(auth) = &self.auth_without_hello {
+                    if let Some(text) = conn.handshake(auth, timeout)? {
+                        return Err(refusal(&text));
+                    }
+                }
             }
         }
         Ok(conn)
+    }
+}
+
+/// Why a handshake was refused, without the server's text: an error reply
+/// to `HELLO` or `AUTH` may quote the command, password included (`ERR
+/// unknown command 'HELLO', with args beginning with: ...`). Only its code
+/// (the first word, when it is one: `WRONGPASS`, `NOAUTH`, `ERR`) is kept.
+fn refusal(text: &str) -> String {
+    let code = text
+        .split(' ')
+        .next()
+        .filter(|code| (1..=32).contains(&code.len()))
+        .filter(|code| code.bytes().all(|b| b.is_ascii_uppercase()))
+        .unwrap_or("error");
+    let what = if code == "WRONGPASS" || text.contains("invalid password") {
+        "authentication failed"
+    } else {
+        "handshake refused"
+    };
+    format!("{what} ({code} reply; its text is not shown as it may quote the password)")
+}
+
+/// An error reply as it may be logged: Redis quotes the arguments of a
+/// command it does not know (`ERR unknown command 'HELLO', with args
+/// beginning with: '3' 'AUTH' 'default' '<password>'`), and those may be
+/// secrets; the quote is cut.
+pub(crate) fn loggable_error(text: &str) -> &str {
+    match text.find(", with args beginning with:") {
+        Some(at) => &text[..at],
+        None => text,
     }
 }
 
@@ -206,6 +252,13 @@ impl Stream {
         }
     }
 
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+        }
+    }
+
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.write_all(bytes),
@@ -230,6 +283,10 @@ pub struct Connection {
     start: usize,
     end: usize,
     created: Instant,
+    /// When its last reply was read.
+    last_used: Instant,
+    /// `ROLE` was sent on it (`type=auto`): never twice per connection.
+    role_asked: bool,
     /// The socket timeout currently set, to skip setsockopt calls when
     /// consecutive commands use the same timeout.
     timeout: Option<Duration>,
@@ -268,6 +325,12 @@ impl From<io::Error> for Failure {
     }
 }
 
+/// A connection idle this long is checked for a close by the server before
+/// use. Redis closes idle clients after `timeout` whole seconds (at least
+/// 1), measured from its own last exchange: a connection used less than
+/// half a second ago cannot have been closed for that.
+const IDLE_CHECK_AFTER: Duration = Duration::from_millis(500);
+
 /// Bytes read from the socket at a time (and the initial buffer size).
 const READ_CHUNK: usize = 16 * 1024;
 /// A buffer grown larger than this by a large reply is released once the
@@ -283,9 +346,47 @@ impl Connection {
         self.broken
     }
 
+    pub(crate) fn role_asked(&self) -> bool {
+        self.role_asked
+    }
+
+    pub(crate) fn set_role_asked(&mut self) {
+        self.role_asked = true;
+    }
+
+    /// True when the connection, idle for [`IDLE_CHECK_AFTER`] or more,
+    /// was closed by the server meanwhile (Redis `timeout`, a proxy, `CLIENT
+    /// KILL`), or holds bytes nobody asked for: a command written to it
+    /// would fail. A non-blocking read tells without waiting; connections in
+    /// steady use skip it (its cost is three system calls).
+    pub(crate) fn closed_while_idle(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_used) < IDLE_CHECK_AFTER {
+            return false;
+        }
+        self.last_used = now;
+        let mut byte = [0u8; 1];
+        let closed = self.stream.set_nonblocking(true).is_err()
+            || !matches!(self.stream.read(&mut byte), Err(err) if err.kind() == io::ErrorKind::WouldBlock);
+        closed || self.stream.set_nonblocking(false).is_err()
+    }
+
     /// True once the connection has lived `ttl`.
     pub fn expired(&self, ttl: Option<Duration>, now: Instant) -> bool {
         ttl.is_some_and(|ttl| now.duration_since(self.created) >= ttl)
+    }
+
+    /// One handshake request: `Ok(None)` when accepted, `Ok(Some(text))`
+    /// for an error reply, `Err` (no server text) when it got no reply.
+    fn handshake(
+        &mut self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Option<String>, String> {
+        match self.request(packed, timeout) {
+            Ok(Reply::Error(text)) => Ok(Some(text)),
+            Ok(_) => Ok(None),
+            Err(failure) => Err(format!("handshake failed: {failure}")),
+        }
     }
 
     /// Sends one packed request and reads its reply (error replies are
@@ -339,6 +440,7 @@ impl Connection {
                 }
                 match reply {
                     Some(reply) => {
+                        self.last_used = Instant::now();
                         // Bytes after the reply, unless a RESP3 push, answer
                         // no request of ours: the stream is out of step, and
                         // the next command must not read them as its reply.
@@ -386,5 +488,27 @@ impl Connection {
             Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_text_that_may_quote_a_password_is_not_shown() {
+        let hello =
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'pw' ";
+        assert_eq!(loggable_error(hello), "ERR unknown command 'HELLO'");
+        assert_eq!(loggable_error("WRONGTYPE Operation"), "WRONGTYPE Operation");
+        assert_eq!(
+            refusal(hello),
+            "handshake refused (ERR reply; its text is not shown as it may quote the password)"
+        );
+        assert_eq!(
+            refusal("WRONGPASS invalid username-password pair or user is disabled."),
+            "authentication failed (WRONGPASS reply; its text is not shown as it may quote the password)"
+        );
+        assert!(refusal("'pw' is wrong").starts_with("handshake refused (error reply"));
     }
 }

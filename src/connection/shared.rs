@@ -1,215 +1,132 @@
-//! Shared mode: one bounded r2d2 pool per (database, server) for all
-//! workers. The pool holds `max_connections` slots; a slot holds an open
-//! connection or none. Workers are admitted in arrival order
-//! ([`FairGate`], one permit per slot), the wait is bounded, and a worker
-//! that finds every slot in use is counted in `workers.blocked`.
+//! Shared mode: one bounded pool per (database, server) for all workers.
+//! At most `max_connections` workers hold a connection at once: they are
+//! admitted in arrival order ([`FairGate`], one permit per connection), the
+//! wait is bounded, and a worker that finds every connection in use is
+//! counted in `workers.blocked`.
 //!
-//! The worker that takes a slot without a usable connection opens one
-//! itself, as in private mode. Slots are reused last in, first out, so
-//! sockets are only opened when that many workers need one at the same
-//! time, and a reconnect (TTL, failure) delays only the worker doing it,
-//! never the others behind a background opener.
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+//! The worker admitted takes the most recently used idle connection, or
+//! opens one itself when there is none (or it is past `connection_ttl` or
+//! broken), as in private mode. Reusing last in, first out means sockets
+//! are only opened when that many workers need one at the same time, and a
+//! reconnect delays only the worker doing it.
+//!
+//! No thread of its own: the pool is a list behind a lock, so dropping it
+//! (`vcl.discard`) closes its connections at once and leaves nothing
+//! running the module's code. (r2d2, used before, always makes its pool's
+//! entries on a background thread pool, which discard had to wait for.)
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
-use scheduled_thread_pool::ScheduledThreadPool;
+use parking_lot::Mutex;
 
 use super::gate::{Admission, FairGate, Permit};
 use super::Connection;
 use crate::error::Error;
 use crate::stats::{Counter, Stats};
 
-/// Where a pooled connection lives between commands. Keeps the pool's
-/// count of open connections right however the connection goes (replaced,
-/// dropped broken, or the slot dropped with its pool).
-pub struct Slot {
-    conn: Option<Connection>,
-    open: Arc<AtomicU32>,
-}
-
-impl Slot {
-    fn take(&mut self) -> Option<Connection> {
-        let conn = self.conn.take();
-        if conn.is_some() {
-            self.open.fetch_sub(1, Ordering::Relaxed);
-        }
-        conn
-    }
-
-    fn put(&mut self, conn: Connection) {
-        drop(self.take());
-        self.conn = Some(conn);
-        self.open.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        drop(self.take());
-    }
-}
-
-/// Most slots a pool holds, whatever `max_connections` says. The slots are
-/// made up front, and a connection in use is held by a worker thread, of
-/// which varnishd runs at most thread_pool_max x thread_pools (5000 x 2 by
-/// default): a `max_connections` of millions would cost memory and time
-/// for nothing.
+/// Most connections a pool holds, whatever `max_connections` says: a
+/// connection in use is held by a worker thread, of which varnishd runs at
+/// most thread_pool_max x thread_pools (5000 x 2 by default).
 pub const MAX_SLOTS: u32 = 10_000;
 
-/// How long r2d2 may take to make a fresh pool's slots (no I/O involved;
-/// not `wait`, which may be a millisecond).
-const SLOTS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Makes empty slots for r2d2; opening connections is the worker's job.
-pub struct SlotMaker {
-    open: Arc<AtomicU32>,
-}
-
-impl r2d2::ManageConnection for SlotMaker {
-    type Connection = Slot;
-    type Error = Infallible;
-
-    fn connect(&self) -> Result<Slot, Infallible> {
-        Ok(Slot {
-            conn: None,
-            open: self.open.clone(),
-        })
-    }
-
-    fn is_valid(&self, _: &mut Slot) -> Result<(), Infallible> {
-        Ok(())
-    }
-
-    fn has_broken(&self, _: &mut Slot) -> bool {
-        false
-    }
-}
-
-/// The pool of one server. It is dropped on VCL cold (closing the idle
-/// connections) and built again on the next command.
+/// The pool of one server. `close_idle` (VCL cold) closes the idle
+/// connections; connections in use then close when they come back.
 pub struct SharedPool {
-    pool: RwLock<Option<r2d2::Pool<SlotMaker>>>,
+    /// Idle connections, the most recently used last.
+    idle: Mutex<Vec<Connection>>,
+    /// Bumped by `close_idle`: a lease from before it closes its connection
+    /// instead of putting it back.
+    generation: AtomicU64,
     location: String,
     max_size: u32,
     wait: Duration,
-    /// One permit per slot.
+    /// One permit per connection.
     gate: FairGate,
-    threads: Arc<ScheduledThreadPool>,
-    /// Connections open in the slots, leased or idle.
-    open: Arc<AtomicU32>,
+    /// Connections open, leased or idle.
+    open: AtomicU32,
     /// Leases out right now (each holds an open connection).
-    leased: Arc<AtomicU32>,
+    leased: AtomicU32,
 }
 
-/// A slot with an open connection, held for one command. Dropping it puts
-/// the slot back (without the connection if it broke), and only then (fields
-/// drop in order) lets the next worker in.
+/// An open connection held for one command. Dropping it puts the
+/// connection back (unless it broke), and only then (fields drop after
+/// `drop`) lets the next worker in.
 pub struct SharedLease<'a> {
-    slot: r2d2::PooledConnection<SlotMaker>,
-    leased: &'a AtomicU32,
+    pool: &'a SharedPool,
+    conn: Option<Connection>,
+    generation: u64,
     _permit: Permit<'a>,
 }
 
 impl SharedPool {
-    /// `max_size` slots (1 to [`MAX_SLOTS`]); `wait` bounds how long a
-    /// worker waits for one; `threads` fills r2d2's pool with empty slots
-    /// (one thread per database).
-    pub fn new(
-        location: String,
-        max_size: u32,
-        wait: Duration,
-        threads: Arc<ScheduledThreadPool>,
-    ) -> Self {
+    /// At most `max_size` connections (1 to [`MAX_SLOTS`]); `wait` bounds
+    /// how long a worker waits for one.
+    pub fn new(location: String, max_size: u32, wait: Duration) -> Self {
         let max_size = max_size.clamp(1, MAX_SLOTS);
         SharedPool {
-            pool: RwLock::new(None),
+            idle: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
             location,
             max_size,
             wait,
             gate: FairGate::new(max_size),
-            threads,
-            open: Arc::default(),
-            leased: Arc::default(),
+            open: AtomicU32::new(0),
+            leased: AtomicU32::new(0),
         }
     }
 
-    /// The pool, made on first use with all its slots: a slot r2d2 added
-    /// later would go on top of the idle ones and be taken (empty) before
-    /// those holding a connection.
-    fn pool(&self) -> Result<r2d2::Pool<SlotMaker>, r2d2::Error> {
-        if let Some(pool) = self.pool.read().as_ref() {
-            return Ok(pool.clone());
-        }
-        let mut slot = self.pool.write();
-        if let Some(pool) = slot.as_ref() {
-            return Ok(pool.clone());
-        }
-        let pool = r2d2::Pool::builder()
-            .max_size(self.max_size)
-            .min_idle(Some(self.max_size))
-            .test_on_check_out(false)
-            .connection_timeout(SLOTS_TIMEOUT)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .thread_pool(self.threads.clone())
-            .build(SlotMaker {
-                open: self.open.clone(),
-            })?;
-        Ok(slot.insert(pool).clone())
-    }
-
-    /// A slot, waiting in line at most `wait`, with a usable connection:
-    /// `refresh` gets the slot's connection (if any) and returns it if it
-    /// is still good, else a new one. When `refresh` fails the slot goes
-    /// back empty and its error is returned.
+    /// A usable connection, waiting in line at most `wait`: `refresh` gets
+    /// the most recently used idle connection (if any) and returns it if it
+    /// is still good, else a new one. When `refresh` fails, its error is
+    /// returned and the worker's place goes to the next one.
     pub fn get(
         &self,
         stats: &Stats,
         refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<SharedLease<'_>, Error> {
         let started = Instant::now();
-        let deadline = started + self.wait;
-        let timeout = |detail: &str| Error::PoolTimeout {
-            server: self.location.clone(),
-            waited_ms: started.elapsed().as_millis(),
-            pool_size: self.max_size,
-            detail: detail.to_owned(),
-        };
-        let Some((permit, admission)) = self.gate.acquire(deadline) else {
+        let Some((permit, admission)) = self.gate.acquire(started + self.wait) else {
             stats.inc(Counter::WorkersBlocked);
-            return Err(timeout(&format!(
-                "all {} connections in use",
-                self.max_size
-            )));
+            return Err(Error::PoolTimeout {
+                server: self.location.clone(),
+                waited_ms: started.elapsed().as_millis(),
+                pool_size: self.max_size,
+                detail: format!("all {} connections in use", self.max_size),
+            });
         };
         if admission == Admission::Waited {
             stats.inc(Counter::WorkersBlocked);
         }
-        // With a permit, a slot is idle.
-        let mut slot = self
-            .pool()
-            .ok()
-            .and_then(|pool| pool.try_get())
-            .ok_or_else(|| timeout("the pool's slots were not ready in time"))?;
-        let conn = refresh(slot.take())?;
-        slot.put(conn);
+        // Both under the lock, as in `close_idle` and the lease's drop: a
+        // `close_idle` from now on closes this connection when it comes back.
+        let (generation, idle) = {
+            let mut idle = self.idle.lock();
+            (self.generation.load(Ordering::Relaxed), idle.pop())
+        };
+        if idle.is_some() {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
+        let conn = refresh(idle)?;
+        self.open.fetch_add(1, Ordering::Relaxed);
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {
-            slot,
-            leased: &self.leased,
+            pool: self,
+            conn: Some(conn),
+            generation,
             _permit: permit,
         })
     }
 
-    /// Drops the pool and its idle connections (VCL cold); connections in
-    /// use close when they come back.
+    /// Closes the idle connections (VCL cold); connections in use close
+    /// when they come back.
     pub fn close_idle(&self) -> usize {
-        let idle = self.state().1;
-        drop(self.pool.write().take());
-        idle as usize
+        let closed = {
+            let mut idle = self.idle.lock();
+            self.generation.fetch_add(1, Ordering::Relaxed);
+            std::mem::take(&mut *idle)
+        };
+        self.open.fetch_sub(closed.len() as u32, Ordering::Relaxed);
+        closed.len()
     }
 
     /// Connections open to the server, and idle among them, for stats.
@@ -222,8 +139,7 @@ impl SharedPool {
 
 impl SharedLease<'_> {
     pub fn conn(&mut self) -> &mut Connection {
-        self.slot
-            .conn
+        self.conn
             .as_mut()
             .expect("a lease holds an open connection")
     }
@@ -231,9 +147,17 @@ impl SharedLease<'_> {
 
 impl Drop for SharedLease<'_> {
     fn drop(&mut self) {
-        if self.slot.conn.as_ref().is_some_and(Connection::is_broken) {
-            drop(self.slot.take());
+        let pool = self.pool;
+        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+            let mut idle = pool.idle.lock();
+            if pool.generation.load(Ordering::Relaxed) == self.generation {
+                idle.push(conn);
+                drop(idle);
+                pool.leased.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
         }
-        self.leased.fetch_sub(1, Ordering::Relaxed);
+        pool.open.fetch_sub(1, Ordering::Relaxed);
+        pool.leased.fetch_sub(1, Ordering::Relaxed);
     }
 }

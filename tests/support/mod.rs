@@ -251,6 +251,48 @@ pub fn vmod_so() -> Res<PathBuf> {
         .clone()
 }
 
+static VMOD_SO_COPY: OnceLock<Res<PathBuf>> = OnceLock::new();
+
+/// A second build of the module, as after an upgrade with old VCLs still
+/// loaded: [`vmod_so`] with another file id (varnishd caches and loads a
+/// VMOD by file id, so this one is loaded beside the first, with its own
+/// code and statics), in `<base>/copy/`. Once per run.
+pub fn vmod_so_copy() -> Res<PathBuf> {
+    VMOD_SO_COPY
+        .get_or_init(|| {
+            let src = vmod_so()?;
+            let mut bytes = fs::read(&src).map_err(|e| format!("read {}: {e}", src.display()))?;
+            let at = file_id_offset(&bytes)
+                .ok_or_else(|| format!("{}: no single file id found", src.display()))?;
+            // Same length, another value: the first digit moved by one.
+            bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+            let dir = base_dir()?.join("copy");
+            make_dir(&dir)?;
+            let dst = dir.join(SO_NAME);
+            fs::write(&dst, &bytes).map_err(|e| format!("write {}: {e}", dst.display()))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(0o644))
+                .map_err(|e| format!("chmod {}: {e}", dst.display()))?;
+            Ok(dst)
+        })
+        .clone()
+}
+
+/// Where the file id (vmodtool's 64 lowercase hex digits, a C string of its
+/// own) is in the .so; `None` unless there is exactly one such string.
+fn file_id_offset(bytes: &[u8]) -> Option<usize> {
+    const LEN: usize = 64;
+    let is_id = |at: usize| {
+        bytes.get(at + LEN) == Some(&0)
+            && (at == 0 || bytes[at - 1] == 0)
+            && bytes[at..at + LEN]
+                .iter()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let mut found = (0..bytes.len().saturating_sub(LEN)).filter(|&at| is_id(at));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
 // ---------------------------------------------------------------------------
 // Building the .so
 
