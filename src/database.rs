@@ -1,17 +1,22 @@
-//! A database object: its servers, its connections (private or shared),
-//! its counters, and the execution of one command with retries.
-use std::sync::Arc;
+//! A database object: its servers (a [`Topology`] snapshot), its
+//! connections (private or shared), its counters, and the execution of one
+//! command along the execution plan ([`crate::routing`]) with retries.
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::command::{Command, MAX_COMMAND_BYTES};
-use crate::config::{DbConfig, Role};
-use crate::connection::private::PrivateConnections;
+use crate::config::{DbConfig, Location, Role, Subnets};
+use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::{SharedLease, SharedPool};
-use crate::connection::{Connection, Failure};
+use crate::connection::{Connection, Connector, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
+use crate::routing::{self, Candidate};
 use crate::server::{role_from_reply, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
+use crate::topology::{Servers, Topology};
 
 /// The `ROLE` request, packed.
 const ROLE: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
@@ -36,23 +41,19 @@ pub enum StatsFormat<'a> {
     Prometheus(&'a PrometheusOptions<'a>),
 }
 
-/// How long a worker waits for a pooled connection when
-/// `connection_timeout` is 0 ("no timeout"): workers never wait unbounded.
-const DEFAULT_POOL_WAIT: Duration = Duration::from_millis(1000);
-
-enum Connections {
-    Private(Box<PrivateConnections>),
-    /// One pool per server, same index as `Database::servers`.
-    Shared(Vec<SharedPool>),
-}
-
 /// Everything `new db = redis.db(...)` creates.
 pub struct Database {
     name: String,
+    /// Unique in the process: keys this database's private connections in
+    /// the per-thread lists it shares with the other databases of its VCL.
+    id: u64,
     config: DbConfig,
     stats: Arc<Stats>,
-    servers: Vec<Server>,
-    connections: Connections,
+    subnets: Subnets,
+    servers: Servers,
+    /// Private mode: the VCL's per-thread connections (one budget for all
+    /// its private databases). Shared mode: `None`, each server has a pool.
+    private: Option<Arc<PrivateConnections>>,
 }
 
 /// A connection held for one command; goes back to its thread's list or
@@ -60,8 +61,9 @@ pub struct Database {
 enum Lease<'a> {
     Private {
         connections: &'a PrivateConnections,
-        stats: &'a Stats,
-        server: usize,
+        owner: Owner,
+        stats: Weak<Stats>,
+        budget: u32,
         conn: Option<Connection>,
     },
     Shared(SharedLease<'a>),
@@ -80,70 +82,152 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Lease::Private {
             connections,
+            owner,
             stats,
-            server,
+            budget,
             conn,
         } = self
         {
             if let Some(conn) = conn.take().filter(|conn| !conn.is_broken()) {
-                connections.give_back(*server, conn, stats);
+                connections.give_back(*owner, std::mem::take(stats), conn, *budget);
             }
         }
     }
 }
 
+/// What one attempt on one server gave.
+enum Outcome {
+    Reply(Reply),
+    /// `ROLE` just said the server is a replica, and a master is needed:
+    /// not a failure, the next candidate is tried.
+    NotAMaster,
+}
+
+/// A rotation per worker thread, so that equal replicas share the load
+/// while each thread keeps to one (and to its private connection). A
+/// `Cell<usize>` needs no destructor, so this `thread_local!` does not pin
+/// the module in memory after `vcl.discard`.
+fn rotation() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static ROTATION: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    ROTATION.with(|rotation| {
+        if rotation.get() == usize::MAX {
+            rotation.set(NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX - 1));
+        }
+        rotation.get()
+    })
+}
+
+/// `timeout` shortened so that it ends by `deadline`, if there is one.
+fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        None => timeout,
+        Some(deadline) => {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            Some(timeout.map_or(left, |timeout| timeout.min(left)))
+        }
+    }
+}
+
+/// An error reply saying the server's role is not what routing thought:
+/// a write to a demoted master, or a replica cut from its master.
+fn says_role_changed(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(text) if text.starts_with("READONLY") || text.starts_with("MASTERDOWN"))
+}
+
 impl Database {
-    /// Builds the object with its counters in its own memory.
+    /// Builds the object with its counters in its own memory, no subnets
+    /// and private connections of its own.
     pub fn new(name: &str, config: DbConfig) -> Result<Self> {
-        Self::with_stats(name, config, Stats::default())
+        let private = Arc::new(PrivateConnections::default());
+        Self::with_stats(name, config, Stats::default(), Subnets::default(), &private)
     }
 
     /// Builds the object counting into `stats` (e.g. a varnishstat
-    /// segment); with `type=auto` asks the server its role now (a server
-    /// that is down is asked again on its first connection).
-    pub fn with_stats(name: &str, config: DbConfig, stats: Stats) -> Result<Self> {
-        let stats = Arc::new(stats);
-        let connector = crate::connection::Connector::new(
-            &config.location,
-            config.user.as_deref(),
-            config.password.as_deref(),
-            config.protocol,
-            config.connection_timeout,
-        )?;
-        let health = Arc::new(Health::new(config.sickness_ttl));
-        let server = Server::new(
-            config.location.clone(),
-            connector.clone(),
-            config.role,
-            health,
-        );
-        stats.inc(Counter::ServersTotal);
-        let connections = if config.shared_connections {
-            let wait = config
-                .connection_timeout
-                .filter(|wait| !wait.is_zero())
-                .unwrap_or(DEFAULT_POOL_WAIT);
-            Connections::Shared(vec![SharedPool::new(
-                connector.location().to_string(),
-                config.max_connections,
-                wait,
-            )])
-        } else {
-            Connections::Private(Box::new(PrivateConnections::new(config.max_connections)))
-        };
+    /// segment), weighing servers with `subnets`; in private mode its
+    /// connections go into `private`, the lists of its VCL. With
+    /// `type=auto` the first server is asked its role now (a server that is
+    /// down is asked again on its first connection).
+    pub(crate) fn with_stats(
+        name: &str,
+        config: DbConfig,
+        stats: Stats,
+        subnets: Subnets,
+        private: &Arc<PrivateConnections>,
+    ) -> Result<Self> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let db = Database {
             name: name.to_string(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            private: (!config.shared_connections).then(|| private.clone()),
             config,
-            stats,
-            servers: vec![server],
-            connections,
+            stats: Arc::new(stats),
+            subnets,
+            servers: Servers::default(),
         };
-        for server in &db.servers {
-            if server.role() == Role::Auto && db.discover_role(server).is_none() {
-                db.stats.inc(Counter::ServersFailed);
-            }
+        if let Some(location) = db.config.location.clone() {
+            db.add_server(&location, db.config.role)?;
         }
         Ok(db)
+    }
+
+    /// Adds a server (`.add_server()`), or, as the C VMOD does, gives a
+    /// server already there the type now declared (`servers.total`
+    /// unchanged). A `type=auto` server is asked its role now.
+    pub fn add_server(&self, location: &Location, role: Role) -> Result<()> {
+        if role == Role::Cluster {
+            return Err(Error::Unsupported {
+                feature: "type=cluster",
+            });
+        }
+        let connector = Connector::new(
+            location,
+            self.config.user.as_deref(),
+            self.config.password.as_deref(),
+            self.config.protocol,
+            self.config.connection_timeout,
+        )?;
+        let mut added = None;
+        self.servers.update(|current| {
+            let existing = current.by_location(connector.location());
+            let (id, health) = match existing {
+                Some(server) => (server.id, server.health.clone()),
+                None => (
+                    self.servers.new_id(),
+                    Arc::new(Health::new(self.config.sickness_ttl)),
+                ),
+            };
+            let pool = self
+                .config
+                .shared_connections
+                .then(|| SharedPool::new(connector.location().to_string(), self.config.max_connections));
+            let server = Arc::new(Server::new(
+                id,
+                connector.clone(),
+                role,
+                health,
+                self.subnets.weight(location),
+                pool,
+            ));
+            let mut servers = current.servers.clone();
+            match servers.iter().position(|s| s.id == id) {
+                Some(at) => servers[at] = server.clone(),
+                None => {
+                    self.stats.inc(Counter::ServersTotal);
+                    servers.push(server.clone());
+                }
+            }
+            added = Some(server);
+            Some(Topology { servers })
+        });
+        if let Some(server) = added.filter(|server| server.declared() == Role::Auto) {
+            self.discover_role(&server);
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -158,86 +242,77 @@ impl Database {
         &self.stats
     }
 
-    pub fn servers(&self) -> &[Server] {
-        &self.servers
+    /// The servers as they are now.
+    pub(crate) fn topology(&self) -> Arc<Topology> {
+        self.servers.snapshot()
     }
 
-    /// Open and idle connections of the shared pool of each server (zeros
-    /// in private mode, where they live in the worker threads).
-    pub fn pool_state(&self, server: usize) -> (u32, u32) {
-        match &self.connections {
-            Connections::Shared(pools) => pools.get(server).map_or((0, 0), SharedPool::state),
-            Connections::Private(_) => (0, 0),
-        }
+    /// Open and idle connections of the shared pool of the `index`th server
+    /// (zeros in private mode, where they live in the worker threads).
+    pub fn pool_state(&self, index: usize) -> (u32, u32) {
+        self.topology()
+            .servers
+            .get(index)
+            .map_or((0, 0), |server| server.pool_state())
     }
 
     /// Asks `ROLE` on a fresh connection and records the answer. Runs in
     /// `vcl_init`: each step is bounded by its timeout, at most
-    /// [`LOAD_STEP_CAP`].
+    /// [`LOAD_STEP_CAP`]. As in the C VMOD, this probe is not counted in
+    /// the database's counters, and a server that cannot be reached is
+    /// marked sick (avoided while others can serve).
     fn discover_role(&self, server: &Server) -> Option<Role> {
         let cap = |timeout: Option<Duration>| {
             Some(timeout.map_or(LOAD_STEP_CAP, |timeout| timeout.min(LOAD_STEP_CAP)))
         };
-        let mut conn = server
+        let probe_stats = Stats::default();
+        let mut conn = match server
             .connector
-            .connect_within(&self.stats, cap(self.config.connection_timeout))
-            .ok()?;
+            .connect_within(&probe_stats, cap(self.config.connection_timeout))
+        {
+            Ok(conn) => conn,
+            Err(_) => {
+                server.health.mark_failed();
+                return None;
+            }
+        };
         let reply = conn.request(ROLE, cap(self.config.command_timeout)).ok()?;
         let role = role_from_reply(&reply)?;
         server.set_role(role);
         Some(role)
     }
 
-    /// The server to send a command to. `master=false` lets a replica
-    /// serve it (unless `ignore_slaves`).
-    fn pick_server(&self, master: bool) -> Result<usize> {
-        let need_master = master || self.config.ignore_slaves;
-        let now = Instant::now();
-        let usable = |server: &Server| match server.role() {
-            Role::Slave => !need_master,
-            // Unknown roles (auto, server down at start-up) are learnt on
-            // the next connection; give them the benefit of the doubt.
-            _ => true,
-        };
-        let mut candidates = self.servers.iter().enumerate().filter(|(_, s)| usable(s));
-        let first = candidates.clone().next();
-        candidates
-            .find(|(_, server)| !server.health.is_sick(now))
-            .or(first)
-            .map(|(index, _)| index)
-            .ok_or(Error::NoServer {
-                role: if need_master {
-                    "master"
-                } else {
-                    "master or replica"
-                },
-            })
-    }
-
     /// A connection to `server`: this thread's idle one or a new one in
-    /// private mode, the one in a pool slot or a new one in shared mode.
-    fn lease(&self, index: usize) -> Result<Lease<'_>> {
-        let server = &self.servers[index];
+    /// private mode, the one in a pool slot or a new one in shared mode,
+    /// waiting for a pooled one until `deadline` at most.
+    fn lease<'a>(&'a self, server: &'a Server, deadline: Option<Instant>) -> Result<Lease<'a>> {
         let now = Instant::now();
-        match &self.connections {
-            Connections::Shared(pools) => pools[index]
-                .get(&self.stats, |idle| {
+        if let Some(pool) = &server.pool {
+            return pool
+                .get(&self.stats, deadline, |idle| {
                     let usable = idle.and_then(|conn| self.still_usable(server, conn, now));
-                    usable.map_or_else(|| self.connect(server), Ok)
+                    usable.map_or_else(|| self.connect(server, deadline), Ok)
                 })
-                .map(Lease::Shared),
-            Connections::Private(connections) => {
-                let usable = std::iter::from_fn(|| connections.take(index))
-                    .find_map(|conn| self.still_usable(server, conn, now));
-                let conn = usable.map_or_else(|| self.connect(server), Ok)?;
-                Ok(Lease::Private {
-                    connections,
-                    stats: &self.stats,
-                    server: index,
-                    conn: Some(conn),
-                })
-            }
+                .map(Lease::Shared);
         }
+        let connections = self
+            .private
+            .as_deref()
+            .expect("a database without pools has private connections");
+        let owner = Owner {
+            db: self.id,
+            server: server.id,
+        };
+        let usable = std::iter::from_fn(|| connections.take(owner))
+            .find_map(|conn| self.still_usable(server, conn, now));
+        let conn = usable.map_or_else(|| self.connect(server, deadline), Ok)?;
+        Ok(Lease::Private {
+            connections,
+            owner,
+            stats: Arc::downgrade(&self.stats),
+            budget: self.config.max_connections,
+            conn: Some(conn),
+        })
     }
 
     /// `conn` unless it is past `connection_ttl`, older than the server's
@@ -267,10 +342,10 @@ impl Database {
 
     /// A new connection to `server`; a failure makes the server sick and
     /// spaces the next attempts, which fail at once until then.
-    fn connect(&self, server: &Server) -> Result<Connection> {
+    fn connect(&self, server: &Server, deadline: Option<Instant>) -> Result<Connection> {
         if let Err(wait) = server.health.may_connect() {
             return Err(Error::Backoff {
-                server: server.connector.location().to_string(),
+                server: server.location().to_string(),
                 retry_in_ms: wait.as_millis().max(1),
             });
         }
@@ -281,7 +356,10 @@ impl Database {
             .config
             .connection_timeout
             .or(self.config.command_timeout);
-        match server.connector.connect_within(&self.stats, timeout) {
+        match server
+            .connector
+            .connect_within(&self.stats, within(timeout, deadline))
+        {
             Ok(conn) => {
                 server.health.connect_succeeded();
                 Ok(conn)
@@ -294,10 +372,20 @@ impl Database {
         }
     }
 
-    /// Runs `command` and returns its reply (error replies included). A
-    /// failed attempt (connection, I/O, timeout) is retried on a new
-    /// connection up to the retry count. `debug` receives routing and
-    /// connection decisions when the object has `debug=true`.
+    /// When one `execute()` must be over: `(connection_timeout +
+    /// command_timeout) x (1 + retries)` from now when both timeouts are
+    /// set, else no bound (a worker waits for a pooled connection as long
+    /// as it takes, as in the C VMOD).
+    fn deadline(&self, timeout: Option<Duration>, retries: u32) -> Option<Instant> {
+        let per_attempt = self.config.connection_timeout? + timeout?;
+        Some(Instant::now() + per_attempt.saturating_mul(retries.saturating_add(1)))
+    }
+
+    /// Runs `command` and returns its reply (error replies included),
+    /// trying the servers of the execution plan in order: a failed attempt
+    /// (connection, I/O, timeout) is retried on the next one, up to the
+    /// retry count. `debug` receives routing and connection decisions when
+    /// the object has `debug=true`.
     pub fn execute(
         &self,
         command: &mut Command,
@@ -316,25 +404,89 @@ impl Database {
                 limit: MAX_COMMAND_BYTES,
             });
         }
-        let mut attempt = 0;
+        let deadline = self.deadline(timeout, retries);
+        let master_only = master || self.config.ignore_slaves;
+        let topology = self.topology();
+        let now = Instant::now();
+        let candidates: Vec<Candidate> = topology
+            .servers
+            .iter()
+            .map(|server| Candidate {
+                weight: server.weight,
+                role: server.role(),
+                sick: server.health.is_sick(now),
+            })
+            .collect();
+        let plan = routing::plan(&candidates, master_only, rotation());
+        if self.config.debug {
+            let text = describe_plan(command, master_only, &topology, &candidates, &plan);
+            debug(Note::Debug(&text));
+        }
+        let no_server = || Error::NoServer {
+            role: if master_only {
+                "master"
+            } else {
+                "master or replica"
+            },
+        };
+        let mut failed: u32 = 0;
+        // Candidates found to be replicas when a master is needed: passed
+        // over from then on, without using up a retry.
+        let mut not_masters: Vec<usize> = Vec::new();
+        let mut position = 0;
         loop {
-            match self.attempt(command, master, timeout, debug) {
-                Ok(reply) => {
+            if not_masters.len() == plan.len() {
+                self.stats.inc(Counter::CommandsFailed);
+                return Err(no_server());
+            }
+            // Past the end of the plan (more retries than servers), round
+            // again from its start.
+            let index = plan[position % plan.len()];
+            position += 1;
+            if not_masters.contains(&index) {
+                continue;
+            }
+            let server = &topology.servers[index];
+            if self.config.debug {
+                debug(Note::Debug(&format!(
+                    "sending {} to {}",
+                    command.logged_name(),
+                    server.location()
+                )));
+            }
+            let outcome = self.attempt(command, server, master_only, timeout, deadline, debug);
+            match outcome {
+                Ok(Outcome::Reply(reply)) => {
                     // As in the C VMOD: `total` counts commands that got a
                     // reply, `failed` every attempt that got none.
                     self.stats.inc(Counter::CommandsTotal);
                     if matches!(reply, Reply::Error(_)) {
                         self.stats.inc(Counter::CommandsError);
                     }
+                    if says_role_changed(&reply) {
+                        self.roles_changed(server, debug);
+                    }
                     return Ok(reply);
                 }
-                Err(err) if attempt < retries => {
+                Ok(Outcome::NotAMaster) => {
+                    if self.config.debug {
+                        debug(Note::Debug(&format!(
+                            "skipping {}: ROLE says it is a replica, a master is needed",
+                            server.location()
+                        )));
+                    }
+                    not_masters.push(index);
+                }
+                Err(err) if failed < retries => {
                     self.stats.inc(Counter::CommandsFailed);
                     if self.config.debug {
-                        let text = format!("attempt {} failed ({err}); retrying", attempt + 1);
+                        let text = format!(
+                            "attempt {} failed ({err}); retrying on the next candidate",
+                            failed + 1
+                        );
                         debug(Note::Debug(&text));
                     }
-                    attempt += 1;
+                    failed += 1;
                     self.stats.inc(Counter::CommandsRetried);
                 }
                 Err(err) => {
@@ -345,29 +497,36 @@ impl Database {
         }
     }
 
+    /// A reply said `server` is not what routing thought: a failover
+    /// happened. Every `type=auto` server is asked its role again before
+    /// its next command, so the promoted replica is found too.
+    fn roles_changed(&self, server: &Server, debug: &mut dyn FnMut(Note)) {
+        if self.config.debug {
+            debug(Note::Debug(&format!(
+                "{} replied as if its role changed: asking roles again",
+                server.location()
+            )));
+        }
+        for server in &self.topology().servers {
+            server.forget_role();
+        }
+    }
+
     fn attempt(
         &self,
         command: &mut Command,
-        master: bool,
+        server: &Server,
+        master_only: bool,
         timeout: Option<Duration>,
+        deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
-    ) -> Result<Reply> {
-        let index = self.pick_server(master)?;
-        let server = &self.servers[index];
-        if self.config.debug {
-            debug(Note::Debug(&format!(
-                "sending {} to {}",
-                command.logged_name(),
-                server.connector.location()
-            )));
-        }
-        let mut lease = self.lease(index)?;
+    ) -> Result<Outcome> {
+        let mut lease = self.lease(server, deadline)?;
         let conn = lease.conn();
-        // Once per connection at most: a server that does not answer
-        // stays `auto` and is asked on the next connection.
-        if server.role() == Role::Auto && !conn.role_asked() {
+        let timeout = || within(timeout, deadline);
+        if server.wants_role(conn.role_asked()) {
             conn.set_role_asked();
-            match self.request(conn, server, ROLE, timeout)? {
+            match self.request(conn, server, ROLE, timeout())? {
                 // An ACL user without +role, or ROLE renamed away: it will
                 // never answer, so fall back for good. (Other errors, such
                 // as LOADING, leave the role to the next connection.)
@@ -377,30 +536,31 @@ impl Database {
                     if server.role_refused() {
                         debug(Note::Warning(&format!(
                             "ROLE refused by {} ({text}): taken as a master",
-                            server.connector.location()
+                            server.location()
                         )));
                     }
                 }
                 reply => {
                     if let Some(role) = role_from_reply(&reply) {
                         server.set_role(role);
-                        if role == Role::Slave && (master || self.config.ignore_slaves) {
-                            return Err(Error::NoServer { role: "master" });
+                        if role == Role::Slave && master_only {
+                            return Ok(Outcome::NotAMaster);
                         }
                     }
                 }
             }
         }
-        match command.packed_as_evalsha() {
-            Some(evalsha) => match self.request(conn, server, &evalsha, timeout)? {
+        let reply = match command.packed_as_evalsha() {
+            Some(evalsha) => match self.request(conn, server, &evalsha, timeout())? {
                 Reply::Error(text) if text.starts_with("NOSCRIPT") => {
                     self.stats.inc(Counter::CommandsNoscript);
-                    self.request(conn, server, command.packed(), timeout)
+                    self.request(conn, server, command.packed(), timeout())?
                 }
-                reply => Ok(reply),
+                reply => reply,
             },
-            None => self.request(conn, server, command.packed(), timeout),
-        }
+            None => self.request(conn, server, command.packed(), timeout())?,
+        };
+        Ok(Outcome::Reply(reply))
     }
 
     /// One request on `conn`, turning transport failures into counted,
@@ -422,7 +582,7 @@ impl Database {
             self.stats.inc(Counter::DroppedError);
         }
         result.map_err(|failure| {
-            let server_name = server.connector.location().to_string();
+            let server_name = server.location().to_string();
             match failure {
                 Failure::Timeout => {
                     self.stats.inc(Counter::DroppedError);
@@ -443,15 +603,26 @@ impl Database {
         })
     }
 
-    /// Renders the counters as `.stats()` shows them: the C VMOD's output,
-    /// plus each server's state when `extended` ([ext]).
+    /// Renders the counters as `.stats()` shows them: the C VMOD's output
+    /// (which has no per-server data, however many servers), plus each
+    /// server's state when `extended` ([ext]).
     pub fn write_stats(&self, out: &mut String, format: &StatsFormat, extended: bool) {
-        let servers: Vec<ServerSnapshot> = self
+        let topology = self.topology();
+        let now = Instant::now();
+        let servers: Vec<ServerSnapshot> = topology
             .servers
             .iter()
-            .enumerate()
             .filter(|_| extended)
-            .map(|(index, server)| self.server_snapshot(index, server))
+            .map(|server| {
+                let (open, idle) = server.pool_state();
+                ServerSnapshot {
+                    location: server.location().to_string(),
+                    role: server.role(),
+                    sick: server.health.is_sick(now),
+                    connections_open: u64::from(open),
+                    connections_idle: u64::from(idle),
+                }
+            })
             .collect();
         let context = StatsContext {
             db_name: &self.name,
@@ -463,24 +634,67 @@ impl Database {
         }
     }
 
-    fn server_snapshot(&self, index: usize, server: &Server) -> ServerSnapshot {
-        let (open, idle) = self.pool_state(index);
-        ServerSnapshot {
-            location: server.connector.location().to_string(),
-            role: server.role(),
-            sick: server.health.is_sick(Instant::now()),
-            connections_open: u64::from(open),
-            connections_idle: u64::from(idle),
-        }
-    }
-
     /// Closes idle connections (VCL cold). Returns how many were closed.
     pub fn close_idle(&self) -> usize {
-        match &self.connections {
-            Connections::Private(connections) => connections.close_idle(),
-            Connections::Shared(pools) => pools.iter().map(SharedPool::close_idle).sum(),
+        match &self.private {
+            Some(private) => private.close_idle(self.id),
+            None => self
+                .topology()
+                .servers
+                .iter()
+                .filter_map(|server| server.pool.as_ref())
+                .map(SharedPool::close_idle)
+                .sum(),
         }
     }
+}
+
+/// The `debug=true` line for a plan: the candidates in order with why they
+/// rank there, and the servers left out. Locations and roles only: no
+/// arguments, no credentials.
+fn describe_plan(
+    command: &Command,
+    master_only: bool,
+    topology: &Topology,
+    candidates: &[Candidate],
+    plan: &[usize],
+) -> String {
+    let describe = |index: usize| {
+        let c = &candidates[index];
+        let weight = if c.weight == Subnets::WORST {
+            "no subnet".to_string()
+        } else {
+            format!("weight {}", c.weight)
+        };
+        let role = match c.role {
+            Role::Auto => "role unknown",
+            role => role.as_str(),
+        };
+        let health = if c.sick { "sick" } else { "healthy" };
+        format!(
+            "{} ({role}, {weight}, {health})",
+            topology.servers[index].location()
+        )
+    };
+    let order: Vec<String> = plan.iter().map(|&i| describe(i)).collect();
+    let left_out: Vec<String> = (0..candidates.len())
+        .filter(|i| !plan.contains(i))
+        .map(|i| format!("{} (replica, master needed)", topology.servers[i].location()))
+        .collect();
+    let mut text = format!(
+        "plan for {} (master={master_only}): {}",
+        command.logged_name(),
+        if order.is_empty() {
+            "no candidate".to_string()
+        } else {
+            order.join(", ")
+        }
+    );
+    if !left_out.is_empty() {
+        text.push_str("; left out: ");
+        text.push_str(&left_out.join(", "));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -673,7 +887,7 @@ mod tests {
             ready.wait();
             redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
             assert!(run(&db, &["PING"]).is_err());
-            assert!(db.servers()[0].health.is_sick(Instant::now()));
+            assert!(db.topology().servers[0].health.is_sick(Instant::now()));
             go.wait();
         });
         assert_eq!(db.stats().get(Counter::DroppedHungUp), 1);
@@ -787,17 +1001,47 @@ mod tests {
     }
 
     #[test]
-    fn private_lru_drops_connections_over_the_limit() {
-        let redis = RedisProcess::start(&[]);
-        let db = database(&redis, |args| args.shared_connections = false);
-        let connections = PrivateConnections::new(1);
-        let stats = Stats::default();
-        let server = &db.servers()[0];
-        connections.give_back(0, server.connector.connect(&stats).unwrap(), &stats);
-        connections.give_back(1, server.connector.connect(&stats).unwrap(), &stats);
-        assert_eq!(stats.get(Counter::DroppedOverflow), 1);
-        assert!(connections.take(0).is_none());
-        assert!(connections.take(1).is_some());
+    fn private_connections_are_one_budget_per_thread_across_databases() {
+        // The example of the C VMOD's documentation (issue 9): two
+        // databases on two servers, max_connections=1 each, one thread.
+        let (one, two) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+        let private = Arc::new(PrivateConnections::default());
+        let make = |redis: &RedisProcess| {
+            let location = redis.location();
+            let args = DbArgs {
+                location: &location,
+                role: "master",
+                shared_connections: false,
+                max_connections: 1,
+                ..DbArgs::default()
+            };
+            let config = DbConfig::from_args(&args).unwrap();
+            Database::with_stats("db", config, Stats::default(), Subnets::default(), &private)
+                .unwrap()
+        };
+        let (db1, db2) = (make(&one), make(&two));
+        run(&db1, &["SET", "k", "1"]).unwrap();
+        run(&db1, &["GET", "k"]).unwrap();
+        run(&db2, &["GET", "k"]).unwrap();
+        run(&db2, &["SET", "k", "2"]).unwrap();
+        run(&db2, &["GET", "k"]).unwrap();
+        run(&db1, &["GET", "k"]).unwrap();
+        let counts = |db: &Database| {
+            (
+                db.stats().get(Counter::ConnectionsTotal),
+                db.stats().get(Counter::DroppedOverflow),
+            )
+        };
+        assert_eq!(counts(&db1), (2, 1));
+        assert_eq!(counts(&db2), (1, 1));
+        // Another thread has a budget of its own.
+        std::thread::scope(|scope| {
+            scope.spawn(|| run(&db2, &["GET", "k"]).unwrap());
+        });
+        assert_eq!(counts(&db2), (2, 1));
+        // Cold: each database closes its own idle connections only.
+        assert_eq!(db1.close_idle(), 1);
+        assert_eq!(db2.close_idle(), 1);
     }
 
     #[test]
@@ -832,7 +1076,7 @@ mod tests {
             assert_eq!(stats.get(Counter::DroppedHungUp), 1, "shared={shared}");
             assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
             // The server is not blamed for it.
-            assert!(!db.servers()[0].health.is_sick(Instant::now()));
+            assert!(!db.topology().servers[0].health.is_sick(Instant::now()));
         }
     }
 

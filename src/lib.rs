@@ -18,6 +18,7 @@ pub mod database;
 pub mod error;
 pub mod reply;
 mod routing;
+mod topology;
 pub mod server;
 pub mod stats;
 #[cfg(test)]
