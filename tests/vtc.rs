@@ -697,7 +697,11 @@ fn write_restart_script(
     }
     let pidfile = restarted_pidfile(dir, name);
     let script = format!(
-        "#!/bin/sh\ncd {dir} || exit 1\n{line} --daemonize yes --pidfile {pidfile} || exit 1\n\
+        "#!/bin/bash\ncd {dir} || exit 1\n\
+         # Close what varnishtest leaves open (its output pipe among them): the\n\
+         # daemon would keep it, and the harness would wait for its EOF.\n\
+         for fd in $(ls /proc/$$/fd); do [ \"$fd\" -gt 2 ] && eval \"exec $fd>&-\"; done 2>/dev/null\n\
+         {line} --daemonize yes --pidfile {pidfile} || exit 1\n\
          for i in $(seq 100); do {cli} -h {host} -p {port} PING >/dev/null 2>&1 && exit 0; sleep 0.1; done\n\
          echo 'redis {name} not up after restart' >&2; exit 1\n",
         dir = quote(dir.as_os_str()),
