@@ -407,21 +407,32 @@ impl Database {
         let deadline = self.deadline(timeout, retries);
         let master_only = master || self.config.ignore_slaves;
         let topology = self.topology();
-        let now = Instant::now();
-        let candidates: Vec<Candidate> = topology
-            .servers
-            .iter()
-            .map(|server| Candidate {
-                weight: server.weight,
-                role: server.role(),
-                sick: server.health.is_sick(now),
-            })
-            .collect();
-        let plan = routing::plan(&candidates, master_only, rotation());
-        if self.config.debug {
-            let text = describe_plan(command, master_only, &topology, &candidates, &plan);
-            debug(Note::Debug(&text));
-        }
+        // For debug lines only (no allocation otherwise).
+        let name = if self.config.debug {
+            command.logged_name()
+        } else {
+            String::new()
+        };
+        let plan_now = |debug: &mut dyn FnMut(Note)| {
+            let now = Instant::now();
+            let candidates: Vec<Candidate> = topology
+                .servers
+                .iter()
+                .map(|server| Candidate {
+                    weight: server.weight,
+                    role: server.role(),
+                    sick: server.health.is_sick(now),
+                })
+                .collect();
+            let plan = routing::plan(&candidates, master_only, rotation());
+            if self.config.debug {
+                let text = describe_plan(&name, master_only, &topology, &candidates, &plan);
+                debug(Note::Debug(&text));
+            }
+            plan
+        };
+        let mut plan = plan_now(debug);
+        let mut replanned = false;
         let no_server = || Error::NoServer {
             role: if master_only {
                 "master"
@@ -436,8 +447,19 @@ impl Database {
         let mut position = 0;
         loop {
             if not_masters.len() == plan.len() {
-                self.stats.inc(Counter::CommandsFailed);
-                return Err(no_server());
+                // Every candidate turned out to be a replica: roles were
+                // stale (a failover), and the new master may have been
+                // left out of this plan as a replica. Once more, on the
+                // roles just learnt.
+                if replanned || not_masters.is_empty() {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(no_server());
+                }
+                replanned = true;
+                not_masters.clear();
+                plan = plan_now(debug);
+                position = 0;
+                continue;
             }
             // Past the end of the plan (more retries than servers), round
             // again from its start.
@@ -503,7 +525,7 @@ impl Database {
     fn roles_changed(&self, server: &Server, debug: &mut dyn FnMut(Note)) {
         if self.config.debug {
             debug(Note::Debug(&format!(
-                "{} replied as if its role changed: asking roles again",
+                "{} changed role (a failover?): asking every role again",
                 server.location()
             )));
         }
@@ -659,7 +681,7 @@ impl Database {
 /// rank there, and the servers left out. Locations and roles only: no
 /// arguments, no credentials.
 fn describe_plan(
-    command: &Command,
+    name: &str,
     master_only: bool,
     topology: &Topology,
     candidates: &[Candidate],
@@ -688,8 +710,7 @@ fn describe_plan(
         .map(|i| format!("{} (replica, master needed)", topology.servers[i].location()))
         .collect();
     let mut text = format!(
-        "plan for {} (master={master_only}): {}",
-        command.logged_name(),
+        "plan for {name} (master={master_only}): {}",
         if order.is_empty() {
             "no candidate".to_string()
         } else {
