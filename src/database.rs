@@ -1027,6 +1027,93 @@ mod tests {
         );
     }
 
+    /// Captured from the C VMOD (libvmod-redis 15.1, Varnish 7.1.1) with a
+    /// database of five servers (`add_server()` of two masters, a replica,
+    /// a location added twice and two refused ports): no per-server data
+    /// and no `server` label, whatever the number of servers.
+    const C_JSON_FIVE_SERVERS: &str = r#"{"servers": {"total": 5,"failed": 0},"connections": {"total": 2,"failed": 0,"dropped": {"error": 0,"hung_up": 0,"overflow": 0,"ttl": 0,"version": 0,"sick": 0}},"workers": {"blocked": 0},"commands": {"total": 2,"failed": 0,"retried": 0,"error": 0,"noscript": 0},"cluster": {"discoveries": {"total": 0,"failed": 0},"replies": {"moved": 0,"ask": 0}}}"#;
+    const C_PROM_FIVE_SERVERS_HEAD: &str = "# TYPE vmod_redis_servers_total counter
+vmod_redis_servers_total{name=\"db\"} 5
+# TYPE vmod_redis_servers_failed counter
+vmod_redis_servers_failed{name=\"db\"} 0
+# TYPE vmod_redis_connections_total counter
+vmod_redis_connections_total{name=\"db\"} 3
+# TYPE vmod_redis_connections_failed counter
+vmod_redis_connections_failed{name=\"db\"} 1
+# TYPE vmod_redis_connections_dropped counter
+vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
+";
+
+    #[test]
+    fn stats_of_several_servers_are_the_c_vmods() {
+        let args = DbArgs {
+            location: "",
+            role: "master",
+            ..DbArgs::default()
+        };
+        let db = Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap();
+        // type=master: nothing is connected at load.
+        for location in ["127.0.0.1:1", "127.0.0.2:1", "127.0.1.1:1", "/nowhere.sock", "127.0.0.3:2"] {
+            db.add_server(&location.parse().unwrap(), Role::Master).unwrap();
+        }
+        // Added again: the same server.
+        db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave).unwrap();
+        assert_eq!(db.topology().servers.len(), 5);
+        assert_eq!(db.topology().servers[1].role(), Role::Slave);
+        db.stats().add(Counter::ConnectionsTotal, 2);
+        db.stats().add(Counter::CommandsTotal, 2);
+        let mut json = String::new();
+        db.write_stats(&mut json, &StatsFormat::Json, false);
+        assert_eq!(json, C_JSON_FIVE_SERVERS);
+        db.stats().inc(Counter::ConnectionsTotal);
+        db.stats().inc(Counter::ConnectionsFailed);
+        let mut prom = String::new();
+        let options = PrometheusOptions::default();
+        db.write_stats(&mut prom, &StatsFormat::Prometheus(&options), false);
+        assert!(prom.starts_with(C_PROM_FIVE_SERVERS_HEAD), "{prom}");
+        assert!(!prom.contains("server="), "{prom}");
+        // [ext] only on request: one entry per server.
+        let mut ext = String::new();
+        db.write_stats(&mut ext, &StatsFormat::Json, true);
+        assert_eq!(ext.matches("\"location\": ").count(), 5, "{ext}");
+    }
+
+    #[test]
+    fn a_pool_wait_ends_within_the_bound_of_the_whole_execute() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |args| {
+            args.shared_connections = true;
+            args.max_connections = 1;
+            args.connection_timeout = 100;
+            args.command_timeout = 100;
+        });
+        let holding = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // No timeout for this one: it holds the only connection.
+                let mut sleep = Command::new(b"DEBUG");
+                sleep.push(b"SLEEP");
+                sleep.push(b"0.8");
+                sleep.timeout = Some(Duration::ZERO);
+                holding.wait();
+                db.execute(&mut sleep, true, &mut |_| {}).unwrap();
+            });
+            holding.wait();
+            // Let it take the connection first.
+            std::thread::sleep(Duration::from_millis(150));
+            // (connection_timeout + command_timeout) x (1 + 0 retries).
+            let started = Instant::now();
+            let err = run(&db, &["PING"]).unwrap_err();
+            let waited = started.elapsed();
+            assert!(matches!(err, Error::PoolTimeout { .. }), "{err}");
+            assert!(
+                waited >= Duration::from_millis(190) && waited < Duration::from_millis(400),
+                "{waited:?}"
+            );
+        });
+        assert_eq!(db.stats().get(Counter::WorkersBlocked), 1);
+    }
+
     #[test]
     fn private_connections_are_one_budget_per_thread_across_databases() {
         // The example of the C VMOD's documentation (issue 9): two
