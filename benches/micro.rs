@@ -11,6 +11,7 @@
 //! * `reply/*`: RESP parsing straight into a `Reply` (`resp::scan` +
 //!   `resp::build`, src/connection/resp.rs) and `Reply::text()`
 //!   (src/reply.rs).
+//! * `stats/*`: one counter bump through `Stats` vs on a bare atomic.
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port) and killed at
 //!   the end. `pool/shared_checkout` is a checkout + return of a pool slot
@@ -40,7 +41,7 @@ use vmod_redis::config::{DbArgs, DbConfig, Location, Protocol};
 use vmod_redis::connection::private::PrivateConnections;
 use vmod_redis::connection::shared::SharedPool;
 use vmod_redis::connection::{resp, Connector};
-use vmod_redis::database::Database;
+use vmod_redis::database::{Database, TaskConnection};
 use vmod_redis::reply::Reply;
 use vmod_redis::stats::Stats;
 
@@ -211,6 +212,7 @@ fn connector(sock: &Path) -> Connector {
         None,
         Protocol::Default,
         Some(Duration::from_secs(1)),
+        None,
     )
     .expect("connector")
 }
@@ -232,7 +234,11 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("pool");
     {
         let connector = connector(&redis.sock);
-        let pool = SharedPool::new(connector.location().to_string(), 10, Duration::from_secs(1));
+        let pool = Arc::new(SharedPool::new(
+            connector.location().to_string(),
+            10,
+            Duration::from_secs(1),
+        ));
         // The first checkout connects; the benchmark reuses that connection.
         let refresh = |idle: Option<_>| idle.map_or_else(|| connector.connect(&stats), Ok);
         drop(pool.get(&stats, refresh).expect("first checkout"));
@@ -295,14 +301,35 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
         ("database_execute_get_shared", true),
     ] {
         let db = database(&redis.sock, shared);
+        let mut task = TaskConnection::default();
         g.bench_function(name, |b| {
             b.iter(|| {
                 let mut c = Command::new(b"GET");
                 c.push(b"foo");
-                black_box(db.execute(&mut c, true, &mut |_| {}).is_ok())
+                black_box(db.execute(&mut c, true, &mut task, &mut |_| {}).is_ok())
             })
         });
     }
+    g.finish();
+}
+
+/// A command bumps two to four counters. `stats/inc` is one bump through
+/// [`Stats`] (its memory behind a trait object: the object's own, or the
+/// varnishstat segment in varnishd); `stats/inc_plain_atomic` the same add
+/// on a bare atomic, which is what counting cost before the counters moved
+/// into varnishstat: the difference is what that move added per counter.
+fn bench_stats(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use vmod_redis::stats::Counter;
+    let mut g = c.benchmark_group("stats");
+    let stats = Stats::default();
+    g.bench_function("inc", |b| {
+        b.iter(|| stats.inc(black_box(Counter::CommandsTotal)))
+    });
+    let plain: [AtomicU64; Counter::COUNT] = std::array::from_fn(|_| AtomicU64::new(0));
+    g.bench_function("inc_plain_atomic", |b| {
+        b.iter(|| plain[black_box(Counter::CommandsTotal) as usize].fetch_add(1, Ordering::Relaxed))
+    });
     g.finish();
 }
 
@@ -310,6 +337,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_command(&mut c);
     bench_reply(&mut c);
+    bench_stats(&mut c);
     match Redis::start() {
         Some(redis) => bench_with_redis(&mut c, &redis),
         None => eprintln!(

@@ -114,6 +114,12 @@ impl Command {
         }
     }
 
+    /// The argument after the name (a subcommand, or the script of an
+    /// `EVAL`), if any.
+    pub fn first_arg(&self) -> Option<&[u8]> {
+        (self.argc >= 2).then(|| &self.buf[self.script.0..self.script.1])
+    }
+
     /// The number of arguments, the name included.
     pub fn arg_count(&self) -> usize {
         self.argc

@@ -60,6 +60,12 @@ pub enum ConfigError {
         /// The value as given.
         value: i64,
     },
+    /// Unusable TLS material (the message names the argument and file).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// TLS asked for a UNIX socket location.
+    #[error("tls=true needs a host:port location, not the UNIX socket \"{location}\"")]
+    TlsOverUnix { location: String },
     /// A feature that this VMOD declares but does not implement yet.
     #[error("{what} is not supported yet")]
     NotSupported {
@@ -580,6 +586,8 @@ pub struct DbConfig {
     /// At least 1.
     pub max_connections: u32,
     pub protocol: Protocol,
+    /// `tls=true`: the checked TLS settings.
+    pub tls: Option<crate::tls::Tls>,
     /// ACL user; `Some` only with a password.
     pub user: Option<String>,
     pub password: Option<Secret<String>>,
@@ -660,16 +668,23 @@ impl DbConfig {
         }
         let max_connections = count("max_connections", args.max_connections)?;
         let protocol: Protocol = args.protocol.parse()?;
-        let tls_material = [
-            args.tls_cafile,
-            args.tls_capath,
-            args.tls_certfile,
-            args.tls_keyfile,
-            args.tls_sni,
-        ];
-        if args.tls || tls_material.iter().any(|s| !s.is_empty()) {
-            return Err(ConfigError::NotSupported { what: "tls" });
-        }
+        // tls_* arguments without tls=true are ignored, as the C VMOD does.
+        let tls = if args.tls {
+            if let Some(Location::Unix(path)) = &location {
+                return Err(ConfigError::TlsOverUnix {
+                    location: path.display().to_string(),
+                });
+            }
+            Some(crate::tls::Tls::load(&crate::tls::TlsArgs {
+                cafile: args.tls_cafile,
+                capath: args.tls_capath,
+                certfile: args.tls_certfile,
+                keyfile: args.tls_keyfile,
+                sni: args.tls_sni,
+            })?)
+        } else {
+            None
+        };
         // As the C VMOD: no password, no AUTH, and so no user either
         // (commands then get the server's NOAUTH error reply if it wants one).
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
@@ -686,6 +701,7 @@ impl DbConfig {
             shared_connections: args.shared_connections,
             max_connections,
             protocol,
+            tls,
             user,
             password,
             sickness_ttl,
@@ -1209,34 +1225,34 @@ mod tests {
     }
 
     #[test]
-    fn tls_is_refused() {
+    fn tls_material_is_checked_only_with_tls_true() {
         let base = args("127.0.0.1:6379");
-        let tls = [
-            DbArgs { tls: true, ..base },
-            DbArgs {
-                tls_cafile: "/etc/ca.pem",
+        // Ignored without tls=true, as the C VMOD does.
+        let c = DbConfig::from_args(&DbArgs {
+            tls_cafile: "/nonexistent/ca.pem",
+            tls_sni: "bad name!",
+            ..base
+        })
+        .unwrap();
+        assert!(c.tls.is_none());
+        assert_eq!(
+            err(DbArgs {
+                tls: true,
+                tls_cafile: "/nonexistent/ca.pem",
                 ..base
-            },
-            DbArgs {
-                tls_capath: "/etc/ssl/certs",
-                ..base
-            },
-            DbArgs {
-                tls_certfile: "/etc/c.pem",
-                ..base
-            },
-            DbArgs {
-                tls_keyfile: "/etc/k.pem",
-                ..base
-            },
-            DbArgs {
-                tls_sni: "redis.example",
-                ..base
-            },
-        ];
-        for a in tls {
-            assert_eq!(err(a), "tls is not supported yet");
-        }
+            }),
+            "tls_cafile \"/nonexistent/ca.pem\": no such file or directory"
+        );
+        assert_eq!(
+            err(DbArgs {
+                tls: true,
+                ..args("/run/redis.sock")
+            }),
+            "tls=true needs a host:port location, not the UNIX socket \"/run/redis.sock\""
+        );
+        // System roots by default.
+        let c = DbConfig::from_args(&DbArgs { tls: true, ..base }).unwrap();
+        assert!(c.tls.is_some());
     }
 
     #[test]
@@ -1502,7 +1518,7 @@ mod proptests {
                 shared_connections: flags[0],
                 max_connections: ints[4],
                 protocol: &strings[2],
-                tls: flags[1] && flags[2],
+                tls: false,
                 tls_cafile: if flags[2] { "" } else { &strings[3] },
                 tls_capath: if flags[2] { "" } else { &strings[4] },
                 tls_certfile: "",
@@ -1525,8 +1541,6 @@ mod proptests {
                 && a.max_connections >= 1
                 && u32_count(a.max_connections)
                 && matches!(a.protocol, "RESP2" | "RESP3" | "default")
-                && !a.tls
-                && [a.tls_cafile, a.tls_capath, a.tls_sni].iter().all(|s| s.is_empty())
                 && a.sickness_ttl >= 0
                 && u32_count(a.max_cluster_hops);
             match DbConfig::from_args(&a) {

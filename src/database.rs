@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::command::{Command, MAX_COMMAND_BYTES};
-use crate::config::{DbConfig, Location, Role, Subnets};
+use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
 use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::{SharedLease, SharedPool};
 use crate::connection::{Connection, Connector, Failure};
@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
 use crate::server::{role_from_reply, Health, Server};
+use crate::session::{self, Effect, Session};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 use crate::topology::{Servers, Topology};
 
@@ -57,47 +58,101 @@ pub struct Database {
 }
 
 /// A connection held for one command; goes back to its thread's list or
-/// to its pool when dropped, unless it broke.
+/// to its pool when dropped, unless it broke or was retired.
 enum Lease<'a> {
-    Private {
-        connections: &'a PrivateConnections,
-        owner: Owner,
-        stats: Weak<Stats>,
-        budget: u32,
-        conn: Option<Connection>,
-    },
-    Shared(SharedLease<'a>),
+    Private(PrivateLease<'a>),
+    Shared(SharedLease),
+}
+
+struct PrivateLease<'a> {
+    connections: &'a PrivateConnections,
+    owner: Owner,
+    stats: Weak<Stats>,
+    budget: u32,
+    conn: Option<Connection>,
 }
 
 impl Lease<'_> {
     fn conn(&mut self) -> &mut Connection {
         match self {
-            Lease::Private { conn, .. } => conn.as_mut().expect("private lease holds a connection"),
+            Lease::Private(lease) => lease
+                .conn
+                .as_mut()
+                .expect("private lease holds a connection"),
             Lease::Shared(lease) => lease.conn(),
+        }
+    }
+
+    /// Hands the connection to the task, beyond this command.
+    fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Pinned {
+        let held = match self {
+            Lease::Private(mut lease) => {
+                Held::Private(lease.conn.take().expect("private lease holds a connection"))
+            }
+            Lease::Shared(lease) => Held::Shared(lease),
+        };
+        Pinned {
+            server,
+            held: Some(held),
+            stats: stats.clone(),
         }
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
-        if let Lease::Private {
-            connections,
-            owner,
-            stats,
-            budget,
-            conn,
-        } = self
-        {
-            if let Some(conn) = conn.take().filter(|conn| !conn.is_broken()) {
-                connections.give_back(*owner, std::mem::take(stats), conn, *budget);
+        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+            self.connections
+                .give_back(self.owner, std::mem::take(&mut self.stats), conn, self.budget);
+        }
+    }
+}
+
+/// What one task keeps of a database between its commands: what it left
+/// on its connection, and that connection while it matters. Lives in the
+/// task's slot of the database object and ends with it.
+#[derive(Default)]
+pub struct TaskConnection {
+    session: Session,
+    pinned: Option<Pinned>,
+}
+
+/// A connection kept by one task, from `MULTI` / `WATCH` to `EXEC`,
+/// `DISCARD` or `UNWATCH`, or from a command that changed its state
+/// (`SELECT`...) to the end of the task: the task's commands all go there,
+/// and no other task gets it meanwhile (in shared mode it keeps its pool
+/// slot). The server is held too: it stays valid whatever the topology
+/// becomes meanwhile.
+struct Pinned {
+    server: Arc<Server>,
+    held: Option<Held>,
+    stats: Arc<Stats>,
+}
+
+enum Held {
+    Private(Connection),
+    Shared(SharedLease),
+}
+
+impl Drop for Pinned {
+    /// The task ended with the connection pinned: it still holds queued
+    /// commands, watched keys or a changed state, so it is closed, never
+    /// handed to another task.
+    fn drop(&mut self) {
+        if let Some(mut held) = self.held.take() {
+            match &mut held {
+                Held::Private(conn) => conn.retire(),
+                Held::Shared(lease) => lease.conn().retire(),
             }
+            self.stats.inc(Counter::DroppedState);
         }
     }
 }
 
 /// What one attempt on one server gave.
-enum Outcome {
-    Reply(Reply),
+enum Outcome<'a> {
+    /// The reply, and the lease of the connection it came on.
+    Reply(Reply, Lease<'a>),
     /// `ROLE` just said the server is a replica, and a master is needed:
     /// not a failure, the next candidate is tried.
     NotAMaster,
@@ -184,12 +239,19 @@ impl Database {
                 feature: "type=cluster",
             });
         }
+        if let (Location::Unix(path), Some(_)) = (location, &self.config.tls) {
+            return Err(ConfigError::TlsOverUnix {
+                location: path.display().to_string(),
+            }
+            .into());
+        }
         let connector = Connector::new(
             location,
             self.config.user.as_deref(),
             self.config.password.as_deref(),
             self.config.protocol,
             self.config.connection_timeout,
+            self.config.tls.clone(),
         )?;
         let mut added = None;
         self.servers.update(|current| {
@@ -204,7 +266,7 @@ impl Database {
             let pool = self
                 .config
                 .shared_connections
-                .then(|| SharedPool::new(connector.location().to_string(), self.config.max_connections));
+                .then(|| Arc::new(SharedPool::new(connector.location().to_string(), self.config.max_connections)));
             let server = Arc::new(Server::new(
                 id,
                 connector.clone(),
@@ -285,7 +347,7 @@ impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
     /// private mode, the one in a pool slot or a new one in shared mode,
     /// waiting for a pooled one until `deadline` at most.
-    fn lease<'a>(&'a self, server: &'a Server, deadline: Option<Instant>) -> Result<Lease<'a>> {
+    fn lease(&self, server: &Server, deadline: Option<Instant>) -> Result<Lease<'_>> {
         let now = Instant::now();
         if let Some(pool) = &server.pool {
             return pool
@@ -306,13 +368,40 @@ impl Database {
         let usable = std::iter::from_fn(|| connections.take(owner))
             .find_map(|conn| self.still_usable(server, conn, now));
         let conn = usable.map_or_else(|| self.connect(server, deadline), Ok)?;
-        Ok(Lease::Private {
+        Ok(Lease::Private(self.private_lease(connections, server, conn)))
+    }
+
+    fn private_lease<'a>(
+        &'a self,
+        connections: &'a PrivateConnections,
+        server: &Server,
+        conn: Connection,
+    ) -> PrivateLease<'a> {
+        PrivateLease {
             connections,
-            owner,
+            owner: Owner {
+                db: self.id,
+                server: server.id,
+            },
             stats: Arc::downgrade(&self.stats),
             budget: self.config.max_connections,
             conn: Some(conn),
-        })
+        }
+    }
+
+    /// The lease of a pinned connection, to run a command on it and then
+    /// release or pin it again.
+    fn unpin(&self, mut pinned: Pinned) -> Lease<'_> {
+        let held = pinned.held.take().expect("a pin holds its connection");
+        match (held, self.private.as_deref()) {
+            (Held::Shared(lease), _) => Lease::Shared(lease),
+            (Held::Private(conn), Some(connections)) => {
+                Lease::Private(self.private_lease(connections, &pinned.server, conn))
+            }
+            (Held::Private(_), None) => {
+                unreachable!("a private pin comes from a private database")
+            }
+        }
     }
 
     /// `conn` unless it is past `connection_ttl`, older than the server's
@@ -381,15 +470,17 @@ impl Database {
         Some(Instant::now() + per_attempt.saturating_mul(retries.saturating_add(1)))
     }
 
-    /// Runs `command` and returns its reply (error replies included),
-    /// trying the servers of the execution plan in order: a failed attempt
-    /// (connection, I/O, timeout) is retried on the next one, up to the
-    /// retry count. `debug` receives routing and connection decisions when
-    /// the object has `debug=true`.
+    /// Runs `command` for the task that holds `task` and returns its reply
+    /// (error replies included), trying the servers of the execution plan
+    /// in order: a failed attempt (connection, I/O, timeout) is retried on
+    /// the next one, up to the retry count, except on a connection the
+    /// task's transaction pinned. `debug` receives routing and connection
+    /// decisions when the object has `debug=true`.
     pub fn execute(
         &self,
         command: &mut Command,
         master: bool,
+        task: &mut TaskConnection,
         debug: &mut dyn FnMut(Note),
     ) -> Result<Reply> {
         let timeout = command
@@ -404,7 +495,19 @@ impl Database {
                 limit: MAX_COMMAND_BYTES,
             });
         }
+        let effect = session::effect(command);
+        let refused = match effect {
+            Effect::Refused(reason) => Err(Error::Refused { reason }),
+            _ => task.session.admit(effect).map_err(Error::Lost),
+        };
+        if let Err(err) = refused {
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(err);
+        }
         let deadline = self.deadline(timeout, retries);
+        if let Some(pinned) = task.pinned.take() {
+            return self.execute_pinned(command, effect, pinned, timeout, deadline, task, debug);
+        }
         let master_only = master || self.config.ignore_slaves;
         let topology = self.topology();
         // For debug lines only (no allocation otherwise).
@@ -478,17 +581,11 @@ impl Database {
             }
             let outcome = self.attempt(command, server, master_only, timeout, deadline, debug);
             match outcome {
-                Ok(Outcome::Reply(reply)) => {
-                    // As in the C VMOD: `total` counts commands that got a
-                    // reply, `failed` every attempt that got none.
-                    self.stats.inc(Counter::CommandsTotal);
-                    if matches!(reply, Reply::Error(_)) {
-                        self.stats.inc(Counter::CommandsError);
-                    }
+                Ok(Outcome::Reply(reply, lease)) => {
                     if says_role_changed(&reply) {
                         self.roles_changed(server, debug);
                     }
-                    return Ok(reply);
+                    return Ok(self.settle(reply, effect, lease, server, task));
                 }
                 Ok(Outcome::NotAMaster) => {
                     if self.config.debug {
@@ -542,13 +639,12 @@ impl Database {
         timeout: Option<Duration>,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
-    ) -> Result<Outcome> {
+    ) -> Result<Outcome<'_>> {
         let mut lease = self.lease(server, deadline)?;
         let conn = lease.conn();
-        let timeout = || within(timeout, deadline);
         if server.wants_role(conn.role_asked()) {
             conn.set_role_asked();
-            match self.request(conn, server, ROLE, timeout())? {
+            match self.request(conn, server, ROLE, within(timeout, deadline))? {
                 // An ACL user without +role, or ROLE renamed away: it will
                 // never answer, so fall back for good. (Other errors, such
                 // as LOADING, leave the role to the next connection.)
@@ -578,17 +674,106 @@ impl Database {
                 }
             }
         }
-        let reply = match command.packed_as_evalsha() {
-            Some(evalsha) => match self.request(conn, server, &evalsha, timeout())? {
-                Reply::Error(text) if text.starts_with("NOSCRIPT") => {
-                    self.stats.inc(Counter::CommandsNoscript);
-                    self.request(conn, server, command.packed(), timeout())?
-                }
-                reply => reply,
-            },
-            None => self.request(conn, server, command.packed(), timeout())?,
+        let reply = self.send(conn, server, command, timeout, deadline, false)?;
+        Ok(Outcome::Reply(reply, lease))
+    }
+
+    /// A command of a task that keeps a connection. No retry: another
+    /// connection would run it outside the task's transaction (or without
+    /// the state it set), so a failure closes the connection and loses
+    /// them.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_pinned(
+        &self,
+        command: &mut Command,
+        effect: Effect,
+        pinned: Pinned,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Reply> {
+        let server = pinned.server.clone();
+        if self.config.debug {
+            let text = format!(
+                "sending {} to {} on the connection this task keeps",
+                command.logged_name(),
+                server.location()
+            );
+            debug(Note::Debug(&text));
+        }
+        let mut lease = self.unpin(pinned);
+        let in_multi = task.session.in_multi();
+        match self.send(lease.conn(), &server, command, timeout, deadline, in_multi) {
+            Ok(reply) => Ok(self.settle(reply, effect, lease, &server, task)),
+            Err(err) => {
+                // Failed requests leave the connection broken; make sure
+                // nothing left on it can reach another task.
+                lease.conn().retire();
+                task.session.lose();
+                self.stats.inc(Counter::CommandsFailed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Counts a reply and decides where its connection goes: kept by the
+    /// task while what it left there matters, closed after `QUIT`, else
+    /// released.
+    fn settle(
+        &self,
+        reply: Reply,
+        effect: Effect,
+        mut lease: Lease<'_>,
+        server: &Arc<Server>,
+        task: &mut TaskConnection,
+    ) -> Reply {
+        // As in the C VMOD: `total` counts commands that got a reply,
+        // `failed` every attempt that got none.
+        self.stats.inc(Counter::CommandsTotal);
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.inc(Counter::CommandsError);
+        }
+        task.session.after_reply(effect, &reply);
+        if effect == Effect::Quit {
+            // Closed by the server: not a failure, nor a connection to reuse.
+            lease.conn().retire();
+            self.stats.inc(Counter::DroppedState);
+        } else if task.session.keeps_connection() {
+            task.pinned = Some(lease.pin(server.clone(), &self.stats));
+        }
+        reply
+    }
+
+    /// Sends `command` on `conn`: an `EVAL` as `EVALSHA` first, unless
+    /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
+    /// Each request ends by `deadline`.
+    fn send(
+        &self,
+        conn: &mut Connection,
+        server: &Server,
+        command: &mut Command,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        in_multi: bool,
+    ) -> Result<Reply> {
+        let evalsha = if in_multi {
+            None
+        } else {
+            command.packed_as_evalsha()
         };
-        Ok(Outcome::Reply(reply))
+        match evalsha {
+            Some(evalsha) => {
+                match self.request(conn, server, &evalsha, within(timeout, deadline))? {
+                    Reply::Error(text) if text.starts_with("NOSCRIPT") => {
+                        self.stats.inc(Counter::CommandsNoscript);
+                        self.request(conn, server, command.packed(), within(timeout, deadline))
+                    }
+                    reply => Ok(reply),
+                }
+            }
+            None => self.request(conn, server, command.packed(), within(timeout, deadline)),
+        }
     }
 
     /// One request on `conn`, turning transport failures into counted,
@@ -671,7 +856,7 @@ impl Database {
                 .servers
                 .iter()
                 .filter_map(|server| server.pool.as_ref())
-                .map(SharedPool::close_idle)
+                .map(|pool| pool.close_idle())
                 .sum(),
         }
     }
@@ -745,11 +930,16 @@ mod tests {
     }
 
     fn run(db: &Database, args: &[&str]) -> Result<Reply> {
+        run_in(db, &mut TaskConnection::default(), args)
+    }
+
+    /// `args` as a command of the task that holds `task`.
+    fn run_in(db: &Database, task: &mut TaskConnection, args: &[&str]) -> Result<Reply> {
         let mut command = Command::new(args[0].as_bytes());
         for arg in &args[1..] {
             command.push(arg.as_bytes());
         }
-        db.execute(&mut command, true, &mut |_| {})
+        db.execute(&mut command, true, task, &mut |_| {})
     }
 
     #[test]
@@ -781,7 +971,14 @@ mod tests {
         let mut command = Command::new(b"SET");
         command.push(b"big");
         command.push(&vec![b'x'; MAX_COMMAND_BYTES]);
-        let err = db.execute(&mut command, true, &mut |_| {}).unwrap_err();
+        let err = db
+            .execute(
+                &mut command,
+                true,
+                &mut TaskConnection::default(),
+                &mut |_| {},
+            )
+            .unwrap_err();
         assert!(
             err.to_string().starts_with("command of 16777")
                 && err
@@ -1096,7 +1293,8 @@ vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
                 sleep.push(b"0.8");
                 sleep.timeout = Some(Duration::ZERO);
                 holding.wait();
-                db.execute(&mut sleep, true, &mut |_| {}).unwrap();
+                db.execute(&mut sleep, true, &mut TaskConnection::default(), &mut |_| {})
+                    .unwrap();
             });
             holding.wait();
             // Let it take the connection first.
@@ -1258,6 +1456,177 @@ vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
         );
         let double = run(&db, &["EVAL", "redis.setresp(3); return {double=1.5}", "0"]).unwrap();
         assert_eq!(double, Reply::Double(1.5));
+    }
+
+    fn queued() -> Reply {
+        Reply::Status("QUEUED".into())
+    }
+
+    #[test]
+    fn a_transaction_keeps_its_connection_until_exec_in_both_modes() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 2;
+            });
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["MULTI"]).unwrap();
+            assert_eq!(
+                run_in(&db, &mut task, &["SET", "t", "1"]).unwrap(),
+                queued()
+            );
+            // Another task meanwhile: its own connection, not queued.
+            assert_eq!(
+                run(&db, &["GET", "t"]).unwrap(),
+                Reply::Nil,
+                "shared={shared}"
+            );
+            assert_eq!(run_in(&db, &mut task, &["INCR", "t"]).unwrap(), queued());
+            assert_eq!(
+                run_in(&db, &mut task, &["EXEC"]).unwrap(),
+                Reply::Array(vec![Reply::Status("OK".into()), Reply::Integer(2)])
+            );
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+            // Released: the next command reuses it and runs at once.
+            assert_eq!(
+                run_in(&db, &mut task, &["GET", "t"]).unwrap(),
+                Reply::String(b"2".to_vec())
+            );
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+            assert_eq!(db.stats().get(Counter::DroppedState), 0);
+            redis.cli(&["DEL", "t"]);
+        }
+    }
+
+    #[test]
+    fn a_task_ending_in_a_transaction_closes_its_connection() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 1;
+            });
+            for open in [&["MULTI"][..], &["WATCH", "w"]] {
+                let mut task = TaskConnection::default();
+                run_in(&db, &mut task, open).unwrap();
+                drop(task);
+                assert_eq!(
+                    run(&db, &["SET", "w", "1"]).unwrap(),
+                    Reply::Status("OK".into())
+                );
+                // A WATCH left on the connection would abort this.
+                let mut task = TaskConnection::default();
+                run_in(&db, &mut task, &["MULTI"]).unwrap();
+                run_in(&db, &mut task, &["SET", "w", "2"]).unwrap();
+                assert_eq!(
+                    run_in(&db, &mut task, &["EXEC"]).unwrap(),
+                    Reply::Array(vec![Reply::Status("OK".into())]),
+                    "shared={shared} {open:?}"
+                );
+            }
+            assert_eq!(db.stats().get(Counter::DroppedState), 2, "shared={shared}");
+            assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
+        }
+    }
+
+    #[test]
+    fn eval_inside_multi_goes_out_as_eval() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |_| {});
+        let mut task = TaskConnection::default();
+        run_in(&db, &mut task, &["MULTI"]).unwrap();
+        run_in(&db, &mut task, &["EVAL", "return ARGV[1]", "0", "ran"]).unwrap();
+        assert_eq!(
+            run_in(&db, &mut task, &["EXEC"]).unwrap(),
+            Reply::Array(vec![Reply::String(b"ran".to_vec())])
+        );
+        assert_eq!(db.stats().get(Counter::CommandsNoscript), 0);
+    }
+
+    #[test]
+    fn a_changed_connection_serves_its_task_then_is_closed() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_connections = 1;
+            });
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["SELECT", "5"]).unwrap();
+            run_in(&db, &mut task, &["SET", "s", "db5"]).unwrap();
+            run_in(&db, &mut task, &["CLIENT", "SETNAME", "x"]).unwrap();
+            assert_eq!(
+                run_in(&db, &mut task, &["CLIENT", "GETNAME"]).unwrap(),
+                Reply::String(b"x".to_vec())
+            );
+            drop(task);
+            assert_eq!(
+                redis.cli(&["-n", "5", "GET", "s"]),
+                "db5",
+                "shared={shared}"
+            );
+            assert_eq!(run(&db, &["GET", "s"]).unwrap(), Reply::Nil);
+            assert_eq!(run(&db, &["CLIENT", "GETNAME"]).unwrap(), Reply::Nil);
+            // QUIT: closed at once, not counted as a failure.
+            run(&db, &["QUIT"]).unwrap();
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+            let stats = db.stats();
+            assert_eq!(stats.get(Counter::DroppedState), 2);
+            assert_eq!(stats.get(Counter::ConnectionsTotal), 3);
+            assert_eq!(stats.get(Counter::CommandsFailed), 0);
+            assert_eq!(stats.get(Counter::DroppedHungUp), 0);
+            redis.cli(&["-n", "5", "DEL", "s"]);
+        }
+    }
+
+    #[test]
+    fn refused_commands_are_not_sent() {
+        let redis = RedisProcess::start(&[]);
+        let db = database(&redis, |_| {});
+        for args in [
+            &["subscribe", "ch"][..],
+            &["MONITOR"],
+            &["CLIENT", "REPLY", "OFF"],
+        ] {
+            let err = run(&db, args).unwrap_err();
+            assert!(matches!(&err, Error::Refused { .. }), "{err}");
+        }
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 0);
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 3);
+    }
+
+    #[test]
+    fn a_failed_pinned_connection_loses_the_transaction() {
+        let redis = RedisProcess::start(&[]);
+        for shared in [false, true] {
+            let db = database(&redis, |args| {
+                args.shared_connections = shared;
+                args.max_command_retries = 3;
+            });
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["MULTI"]).unwrap();
+            redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            // Not retried elsewhere, where it would run at once.
+            assert!(matches!(
+                run_in(&db, &mut task, &["SET", "lost", "1"]),
+                Err(Error::Io { .. })
+            ));
+            assert!(matches!(
+                run_in(&db, &mut task, &["SET", "lost", "2"]),
+                Err(Error::Lost(session::Lost::Transaction))
+            ));
+            assert!(matches!(
+                run_in(&db, &mut task, &["EXEC"]),
+                Err(Error::Lost(session::Lost::Transaction))
+            ));
+            assert_eq!(redis.cli(&["EXISTS", "lost"]), "0");
+            assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+            assert_eq!(
+                run_in(&db, &mut task, &["PING"]).unwrap(),
+                Reply::Status("PONG".into())
+            );
+        }
     }
 
     #[test]

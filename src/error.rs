@@ -33,6 +33,10 @@ pub enum Error {
     NoCommand,
     #[error("command of {size} bytes is larger than the {limit} bytes limit")]
     CommandTooLarge { size: usize, limit: usize },
+    #[error("refused, not sent: {reason}")]
+    Refused { reason: &'static str },
+    #[error("not sent: {0}")]
+    Lost(crate::session::Lost),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

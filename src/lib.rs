@@ -6,7 +6,8 @@
 //! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
 //! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
 //!   (routing, execution, retries), [`connection`] (private / shared),
-//!   [`command`], [`reply`], [`stats`].
+//!   [`command`], [`session`] (connection state per command), [`reply`],
+//!   [`stats`].
 // The FFI layer (and the VCL layer that only it calls) need varnishd's
 // symbols, so unit-test builds leave them out and test the logic beneath.
 #![cfg_attr(test, allow(dead_code))]
@@ -20,9 +21,11 @@ pub mod reply;
 mod routing;
 mod topology;
 pub mod server;
+mod session;
 pub mod stats;
 #[cfg(test)]
 mod testing;
+pub mod tls;
 
 #[cfg(not(test))]
 mod ffi;

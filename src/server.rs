@@ -142,7 +142,7 @@ pub struct Server {
     /// `ROLE` was refused (an ACL user without it): logged once.
     role_refused: AtomicBool,
     /// Shared mode: the pool of connections to this server.
-    pub(crate) pool: Option<SharedPool>,
+    pub(crate) pool: Option<Arc<SharedPool>>,
 }
 
 impl Server {
@@ -152,7 +152,7 @@ impl Server {
         declared: Role,
         health: Arc<Health>,
         weight: u32,
-        pool: Option<SharedPool>,
+        pool: Option<Arc<SharedPool>>,
     ) -> Self {
         let server = Server {
             id,
@@ -224,7 +224,7 @@ impl Server {
     /// Open and idle connections of its pool (zeros in private mode, where
     /// they live in the worker threads).
     pub(crate) fn pool_state(&self) -> (u32, u32) {
-        self.pool.as_ref().map_or((0, 0), SharedPool::state)
+        self.pool.as_ref().map_or((0, 0), |pool| pool.state())
     }
 }
 

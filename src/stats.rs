@@ -61,6 +61,10 @@ pub enum Counter {
     ClusterRepliesMoved,
     /// `ASK` redirections followed.
     ClusterRepliesAsk,
+    /// [ext] Connections closed when released because a command changed
+    /// their state (`SELECT`, `CLIENT SETNAME`...) or the task ended with
+    /// its `MULTI` / `WATCH` open.
+    DroppedState,
 }
 
 /// Prometheus family that groups the `connections.dropped.*` counters under
@@ -69,7 +73,12 @@ const DROPPED_PREFIX: &str = "connections.dropped.";
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
+
+    /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
+    /// the others are [ext], shown only in the [ext] part of the output
+    /// (their names start with `ext.`).
+    pub const C_VMOD: usize = 20;
 
     /// Every counter, in output order.
     pub const ALL: [Counter; Counter::COUNT] = [
@@ -93,6 +102,7 @@ impl Counter {
         Counter::ClusterDiscoveriesFailed,
         Counter::ClusterRepliesMoved,
         Counter::ClusterRepliesAsk,
+        Counter::DroppedState,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -119,6 +129,7 @@ impl Counter {
             Counter::ClusterDiscoveriesFailed => "cluster.discoveries.failed",
             Counter::ClusterRepliesMoved => "cluster.replies.moved",
             Counter::ClusterRepliesAsk => "cluster.replies.ask",
+            Counter::DroppedState => "ext.connections.dropped.state",
         }
     }
 
@@ -162,9 +173,21 @@ pub struct StatsContext<'a> {
     /// VCL name of the database object (`name` label).
     pub db_name: &'a str,
     /// Per-server state. Empty: the output is byte for byte that of
-    /// libvmod-redis; non-empty: a `server_list` JSON array and
-    /// `server_*` gauge families are appended.
+    /// libvmod-redis; non-empty: the [ext] counters, a `server_list` JSON
+    /// array and `server_*` gauge families are appended.
     pub servers: &'a [ServerSnapshot],
+}
+
+impl StatsContext<'_> {
+    /// The counters to show: libvmod-redis's, then [ext] ones with the
+    /// rest of the [ext] part.
+    fn counters(&self) -> &'static [Counter] {
+        if self.servers.is_empty() {
+            &Counter::ALL[..Counter::C_VMOD]
+        } else {
+            &Counter::ALL
+        }
+    }
 }
 
 /// The name prefix libvmod-redis uses by default, and also when the VCL
@@ -288,7 +311,7 @@ impl Stats {
         let mut open: Vec<&str> = Vec::with_capacity(2);
         // Whether the innermost open object has a member yet.
         let mut has_member = false;
-        for c in Counter::ALL {
+        for &c in ctx.counters() {
             let path: Vec<&str> = c.json_name().split('.').collect();
             let (leaf, groups) = path.split_last().expect("json names are not empty");
             let common = open.iter().zip(groups).take_while(|(a, b)| a == b).count();
@@ -361,7 +384,7 @@ impl Stats {
         }
 
         let mut family_done: Option<&str> = None;
-        for c in Counter::ALL {
+        for &c in ctx.counters() {
             let (family, reason) = c.prometheus_parts();
             if family_done != Some(family) {
                 out.push_str("# TYPE ");
@@ -869,8 +892,8 @@ vmod_redis_cluster_replies_ask{env="prod"} 0
         let text = json(&s, &DB);
         let parsed = parse_json(&text);
         let flat = flatten(&parsed);
-        assert_eq!(flat.len(), Counter::COUNT, "{flat:?}");
-        for (i, c) in Counter::ALL.into_iter().enumerate() {
+        assert_eq!(flat.len(), Counter::C_VMOD, "{flat:?}");
+        for (i, c) in Counter::ALL[..Counter::C_VMOD].iter().copied().enumerate() {
             assert_eq!(
                 flat.get(c.json_name()).copied(),
                 Some(&Json::Num(100 + i as u64))
@@ -908,12 +931,14 @@ vmod_redis_cluster_replies_ask{env="prod"} 0
             db_name: "db",
             servers: &servers,
         };
-        let text = json(&captured_db(1), &ctx);
-        // The C part is unchanged; the list comes last.
+        let stats = captured_db(1);
+        stats.add(Counter::DroppedState, 7);
+        let text = json(&stats, &ctx);
+        // The C part is unchanged; the [ext] counters, then the list.
         assert!(text.starts_with(&C_JSON[..C_JSON.len() - 1]), "{text}");
         assert_eq!(
             &text[C_JSON.len() - 1..],
-            r#","server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0}}]}"#
+            r#","ext": {"connections": {"dropped": {"state": 7}}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0}}]}"#
         );
         let Json::Obj(root) = parse_json(&text) else {
             panic!("not an object")
@@ -1028,8 +1053,8 @@ vmod_redis_cluster_replies_ask{env="prod"} 0
             lines.iter().filter(|l| l.starts_with("# TYPE ")).count(),
             15
         );
-        assert_eq!(lines.len(), 15 + Counter::COUNT);
-        for (i, c) in Counter::ALL.into_iter().enumerate() {
+        assert_eq!(lines.len(), 15 + Counter::C_VMOD);
+        for (i, c) in Counter::ALL[..Counter::C_VMOD].iter().copied().enumerate() {
             let sample = match c.json_name().strip_prefix("connections.dropped.") {
                 Some(reason) => format!(
                     "varnish_redis_connections_dropped{{name=\"db\",reason=\"{reason}\"}} {}",
@@ -1097,9 +1122,13 @@ vmod_redis_server_connections_idle{env="prod",name="db",server="/run/a \"b\"\\c\
             extra_labels: r#"env="prod""#,
             ..PrometheusOptions::default()
         };
-        let text = prom(&captured_db(2), &ctx, &opts);
-        let counters = prom(&captured_db(2), &DB, &opts);
-        assert_eq!(text, format!("{counters}{SERVER_GAUGES}"));
+        let stats = captured_db(2);
+        stats.add(Counter::DroppedState, 7);
+        let text = prom(&stats, &ctx, &opts);
+        let counters = prom(&stats, &DB, &opts);
+        let ext = "# TYPE vmod_redis_ext_connections_dropped_state counter\n\
+                   vmod_redis_ext_connections_dropped_state{env=\"prod\",name=\"db\"} 7\n";
+        assert_eq!(text, format!("{counters}{ext}{SERVER_GAUGES}"));
 
         // Without default labels: neither name nor server, role stays.
         let opts = PrometheusOptions {
@@ -1110,7 +1139,9 @@ vmod_redis_server_connections_idle{env="prod",name="db",server="/run/a \"b\"\\c\
         let gauges = text.strip_prefix(C_PROM_NO_DEFAULT_LABELS).unwrap();
         assert_eq!(
             gauges,
-            "# TYPE vmod_redis_server_info gauge\n\
+            "# TYPE vmod_redis_ext_connections_dropped_state counter\n\
+             vmod_redis_ext_connections_dropped_state{} 0\n\
+             # TYPE vmod_redis_server_info gauge\n\
              vmod_redis_server_info{role=\"master\"} 1\n\
              vmod_redis_server_info{role=\"auto\"} 1\n\
              # TYPE vmod_redis_server_sick gauge\n\

@@ -11,7 +11,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::command::Command;
 use crate::config::{redact_credentials, DbArgs, DbConfig, Location, Role, Subnets};
 use crate::connection::private::PrivateConnections;
-use crate::database::{Database, Note, StatsFormat};
+use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
 use crate::reply::Reply;
@@ -35,11 +35,13 @@ pub struct TaskState {
     used: RefCell<Option<Arc<Database>>>,
 }
 
-/// The per-task command and reply of one database object.
+/// The per-task command and reply of one database object, and the
+/// connection its open transaction holds (closed with the task).
 #[derive(Default)]
 pub struct Slot {
     command: Option<Command>,
     reply: Option<Reply>,
+    connection: TaskConnection,
 }
 
 type SlotCell = RefCell<Slot>;
@@ -206,8 +208,13 @@ pub fn retries(ctx: &Ctx, db: &Arc<Database>, retries: i64) {
 pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     let Some(slot) = slot(ctx, db) else { return };
     let mut slot = slot.borrow_mut();
-    slot.reply = None;
-    let Some(command) = slot.command.as_mut() else {
+    let Slot {
+        command,
+        reply: slot_reply,
+        connection,
+    } = &mut *slot;
+    *slot_reply = None;
+    let Some(command) = command.as_mut() else {
         log_error(ctx, db, "execute(): no command (call .command() first)");
         return;
     };
@@ -215,7 +222,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
         Note::Debug(msg) => ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name())),
         Note::Warning(msg) => log_error(ctx, db, msg),
     };
-    match db.execute(command, master, &mut debug) {
+    match db.execute(command, master, connection, &mut debug) {
         Ok(reply) => {
             // An error reply is kept as the reply, and logged (as the C VMOD).
             if let Reply::Error(text) = &reply {
@@ -223,7 +230,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
                 let text = crate::connection::loggable_error(text);
                 log_error(ctx, db, &format!("{name}: error reply: {text}"));
             }
-            slot.reply = Some(reply);
+            *slot_reply = Some(reply);
         }
         Err(err) => {
             let name = command.logged_name();
@@ -255,9 +262,13 @@ pub fn easy_execute(
     execute(ctx, db, master);
 }
 
+/// `.free()`: the command and reply; a transaction in progress keeps its
+/// connection until it ends or the task does.
 pub fn free(ctx: &Ctx, db: &Arc<Database>) {
     if let Some(slot) = slot(ctx, db) {
-        *slot.borrow_mut() = Slot::default();
+        let mut slot = slot.borrow_mut();
+        slot.command = None;
+        slot.reply = None;
     }
 }
 

@@ -1939,11 +1939,12 @@ fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
             s.check(stale.is_empty(), || {
                 format!("varnishstat still lists counters of discarded VCLs: {stale:?}")
             });
-            s.check(segments.len() == dbs.len() * 20, || {
+            let per_object = vmod_redis::stats::Counter::COUNT;
+            s.check(segments.len() == dbs.len() * per_object, || {
                 format!(
-                    "varnishstat lists {} REDIS counters, want {} ({} objects x 20)",
+                    "varnishstat lists {} REDIS counters, want {} ({} objects x {per_object})",
                     segments.len(),
-                    dbs.len() * 20,
+                    dbs.len() * per_object,
                     dbs.len()
                 )
             });

@@ -24,6 +24,7 @@
 //! ```text
 //! #@ redis NAME [ARG...]           standalone redis-server
 //! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
+//! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
 //! ```
@@ -74,7 +75,14 @@
 //!   unless `--bind` says otherwise), `${NAME_port}`, `${NAME_restart}` (a
 //!   script that starts the server again, same options, after the vtc
 //!   killed it; returns once it answers PING; the harness stops it too),
-//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`.
+//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
+//!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//! * with any `redis-tls` server, the test TLS material
+//!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
+//!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
+//!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}`. The server
+//!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
+//!   optional` (a vtc may add `--tls-auth-clients yes`).
 //!
 //! # Result
 //! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
@@ -91,6 +99,8 @@
 //! `-L` to varnishtest; their paths are printed).
 
 mod support;
+#[path = "support/tls_material.rs"]
+mod tls_material;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
@@ -154,6 +164,8 @@ enum Directive {
     Redis {
         name: String,
         args: Vec<String>,
+        /// `#@ redis-tls`: a TLS port besides the plain one.
+        tls: bool,
     },
     Replica {
         name: String,
@@ -176,13 +188,14 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
             return Err(at("empty directive".into()));
         };
         let directive = match kind.as_str() {
-            "redis" => {
+            "redis" | "redis-tls" => {
                 let (name, args) = params
                     .split_first()
-                    .ok_or_else(|| at("usage: #@ redis NAME [ARG...]".into()))?;
+                    .ok_or_else(|| at(format!("usage: #@ {kind} NAME [ARG...]")))?;
                 Directive::Redis {
                     name: name.clone(),
                     args: args.to_vec(),
+                    tls: kind == "redis-tls",
                 }
             }
             "replica" => {
@@ -424,8 +437,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 env.push((name.clone(), value.clone()));
                 continue;
             }
-            Directive::Redis { name, args } => (name, None, args),
+            Directive::Redis { name, args, .. } => (name, None, args),
             Directive::Replica { name, master, args } => (name, Some(master), args),
+        };
+        let tls_port = match d {
+            Directive::Redis { tls: true, .. } => {
+                if !macros.iter().any(|(k, _)| k == "tls_ca") {
+                    macros.extend(make_tls_material(&dir)?);
+                }
+                Some(support::free_port()?)
+            }
+            _ => None,
         };
         if !valid_name(name) {
             return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
@@ -439,10 +461,33 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             })?),
             None => None,
         };
-        let args = raw_args
-            .iter()
-            .map(|a| expand(a, &macros))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut args = Vec::new();
+        if let Some(tls_port) = tls_port {
+            let tls_args = [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cert-file",
+                "${tls_server_cert}",
+                "--tls-key-file",
+                "${tls_server_key}",
+                "--tls-ca-cert-file",
+                "${tls_ca}",
+                "--tls-auth-clients",
+                "optional",
+            ];
+            args.extend(
+                tls_args
+                    .iter()
+                    .map(|a| expand(a, &macros))
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+        }
+        args.extend(
+            raw_args
+                .iter()
+                .map(|a| expand(a, &macros))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         let host = bind_of(&args)?;
         if let Err(e) = start_redis(&dir, name, host, master_at, &args, &mut fx.servers) {
             return Err(format!("{e}{}", fx.logs()).into());
@@ -465,6 +510,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         macros.push((format!("{name}_port"), port.to_string()));
         macros.push((format!("{name}_sock"), sock));
         macros.push((format!("{name}_pid"), pid.to_string()));
+        if let Some(tls_port) = tls_port {
+            macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
+            macros.push((format!("{name}_tls_port"), tls_port.to_string()));
+        }
     }
 
     // Not -q: at the default verbosity varnishtest prints the whole log of a
@@ -597,6 +646,32 @@ fn password_of(args: &[String]) -> Option<String> {
         .position(|a| a == "--requirepass")
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// Writes the test TLS material into `<dir>/tls` and returns its macros
+/// (`tls_ca`, `tls_other_ca`, `tls_server_cert`, ...).
+fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, String> {
+    let tls_dir = dir.join("tls");
+    make_dir(&tls_dir)?;
+    let m = tls_material::write_material(&tls_dir)?;
+    let files = [
+        ("tls_dir", &tls_dir),
+        ("tls_ca", &m.ca),
+        ("tls_other_ca", &m.other_ca),
+        ("tls_server_cert", &m.server_cert),
+        ("tls_server_key", &m.server_key),
+        ("tls_client_cert", &m.client_cert),
+        ("tls_client_key", &m.client_key),
+    ];
+    for (_, path) in &files[1..] {
+        // varnishd's workers (and redis) read them under their own users.
+        fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    }
+    Ok(files
+        .iter()
+        .map(|(name, path)| (name.to_string(), path.display().to_string()))
+        .collect())
 }
 
 /// Starts a redis-server, waits for PING and adds it to `servers`. A server

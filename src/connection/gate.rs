@@ -31,9 +31,11 @@ struct Waiter {
     thread: Thread,
 }
 
-/// One permit; given back (to the next waiter, if any) when dropped.
-pub struct Permit<'a> {
-    gate: &'a FairGate,
+/// One permit; given back (to the next waiter, if any) when dropped. It
+/// owns a reference to its gate: a task may keep a pooled connection (and
+/// so its permit) across VCL calls, e.g. from a `MULTI` to its `EXEC`.
+pub struct Permit {
+    gate: Arc<FairGate>,
 }
 
 /// How a permit was obtained.
@@ -57,12 +59,17 @@ impl FairGate {
 
     /// A permit, waiting in line until `deadline` at most (`None`: as long
     /// as it takes).
-    pub fn acquire(&self, deadline: Option<Instant>) -> Option<(Permit<'_>, Admission)> {
+    pub fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Option<(Permit, Admission)> {
         let waiter = {
             let mut state = self.state.lock();
             if state.free > 0 {
                 state.free -= 1;
-                return Some((Permit { gate: self }, Admission::Immediate));
+                return Some((
+                    Permit {
+                        gate: Arc::clone(self),
+                    },
+                    Admission::Immediate,
+                ));
             }
             let waiter = Arc::new(Waiter {
                 granted: AtomicBool::new(false),
@@ -79,7 +86,12 @@ impl FairGate {
                 return None;
             }
         }
-        Some((Permit { gate: self }, Admission::Waited))
+        Some((
+            Permit {
+                gate: Arc::clone(self),
+            },
+            Admission::Waited,
+        ))
     }
 
     /// Parks until the permit is handed over (true) or `deadline` passes.
@@ -121,7 +133,7 @@ impl FairGate {
     }
 }
 
-impl Drop for Permit<'_> {
+impl Drop for Permit {
     fn drop(&mut self) {
         self.gate.release();
     }
@@ -139,7 +151,7 @@ mod tests {
 
     #[test]
     fn permits_are_free_until_exhausted_then_time_out() {
-        let gate = FairGate::new(2);
+        let gate = Arc::new(FairGate::new(2));
         let (a, how_a) = gate.acquire(soon(10)).unwrap();
         let (_b, how_b) = gate.acquire(soon(10)).unwrap();
         assert_eq!((how_a, how_b), (Admission::Immediate, Admission::Immediate));

@@ -20,6 +20,7 @@ use crate::config::{Location, Protocol};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::stats::{Counter, Stats};
+use crate::tls::Tls;
 
 /// Where a connection goes.
 #[derive(Clone, Debug)]
@@ -42,6 +43,8 @@ pub struct Connector {
     /// `HELLO` (Redis < 6, or `HELLO` renamed away).
     auth_without_hello: Option<Vec<u8>>,
     connect_timeout: Option<Duration>,
+    /// `tls=true`: the session settings every connection starts from.
+    tls: Option<Tls>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -61,6 +64,7 @@ impl Connector {
         password: Option<&str>,
         protocol: Protocol,
         connect_timeout: Option<Duration>,
+        tls: Option<Tls>,
     ) -> Result<Self> {
         let address = match location {
             Location::Tcp { host, port } => Address::Tcp {
@@ -76,6 +80,7 @@ impl Connector {
             sends_hello: protocol != Protocol::Default,
             auth_without_hello: handshake(user, password, Protocol::Default),
             connect_timeout,
+            tls,
         })
     }
 
@@ -121,11 +126,19 @@ impl Connector {
                 let stream = connect_any(&addrs, timeout).map_err(|e| e.to_string())?;
                 // Requests are single writes; never wait for Nagle.
                 stream.set_nodelay(true).map_err(|e| e.to_string())?;
-                Stream::Tcp(stream)
+                match &self.tls {
+                    Some(tls) => Stream::Tls(Box::new(tls_handshake(tls, host, stream, timeout)?)),
+                    None => Stream::Tcp(stream),
+                }
             }
             Address::Unix(path) => {
                 Stream::Unix(UnixStream::connect(path).map_err(|e| e.to_string())?)
             }
+        };
+        // The TLS handshake left its timeout on the socket.
+        let socket_timeout = match stream {
+            Stream::Tls(_) => timeout,
+            _ => None,
         };
         let mut conn = Connection {
             stream,
@@ -135,7 +148,7 @@ impl Connector {
             created: Instant::now(),
             last_used: Instant::now(),
             role_asked: false,
-            timeout: None,
+            timeout: socket_timeout,
             broken: false,
             scan: resp::ScanState::default(),
         };
@@ -220,6 +233,58 @@ fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> 
     Some(command.packed().to_vec())
 }
 
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// Stack of the thread that runs a TLS handshake.
+const TLS_HANDSHAKE_STACK: usize = 1 << 20;
+
+/// The TLS handshake on a fresh TCP connection, within `timeout`. The
+/// error says why (e.g. `invalid peer certificate: UnknownIssuer`).
+fn tls_handshake(
+    tls: &Tls,
+    host: &str,
+    tcp: TcpStream,
+    timeout: Option<Duration>,
+) -> std::result::Result<TlsStream, String> {
+    let name = tls
+        .server_name(host)
+        .ok_or_else(|| format!("TLS: {host:?} is no valid server name (set tls_sni)"))?;
+    let session = tls.session(name).map_err(|e| format!("TLS: {e}"))?;
+    let mut stream = rustls::StreamOwned::new(session, tcp);
+    // Certificate verification needs more stack than a Varnish worker has
+    // (thread_pool_stack, 80 KiB by default; a debug build overflowed it):
+    // the handshake runs on a thread of its own, once per connection.
+    let shaken = std::thread::scope(|scope| {
+        let stream = &mut stream;
+        std::thread::Builder::new()
+            .name("vredis-tls".into())
+            .stack_size(TLS_HANDSHAKE_STACK)
+            .spawn_scoped(scope, move || {
+                stream.sock.set_read_timeout(timeout)?;
+                stream.sock.set_write_timeout(timeout)?;
+                while stream.conn.is_handshaking() {
+                    stream.conn.complete_io(&mut stream.sock)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| io::Error::other(format!("cannot start the handshake thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the handshake thread panicked")))
+    });
+    match shaken {
+        Ok(()) => Ok(stream),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err("TLS handshake: timeout".into())
+        }
+        Err(e) => Err(format!("TLS handshake failed: {e}")),
+    }
+}
+
 fn connect_any(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
@@ -238,6 +303,8 @@ fn connect_any(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<Tc
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Boxed: a TLS session is large, and connections are moved around.
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -249,6 +316,10 @@ impl Stream {
             Stream::Unix(s) => s
                 .set_read_timeout(timeout)
                 .and_then(|()| s.set_write_timeout(timeout)),
+            Stream::Tls(s) => s
+                .sock
+                .set_read_timeout(timeout)
+                .and_then(|()| s.sock.set_write_timeout(timeout)),
         }
     }
 
@@ -256,6 +327,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(nonblocking),
             Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::Tls(s) => s.sock.set_nonblocking(nonblocking),
         }
     }
 
@@ -263,6 +335,8 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.write_all(bytes),
             Stream::Unix(s) => s.write_all(bytes),
+            // rustls buffers what it encrypts: flush sends it all now.
+            Stream::Tls(s) => s.write_all(bytes).and_then(|()| s.flush()),
         }
     }
 
@@ -270,6 +344,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -344,6 +419,13 @@ impl Connection {
 
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Marks the connection as not to be reused: it holds a task's
+    /// transaction or a state a command changed (`SELECT`...), so it is
+    /// closed when released.
+    pub(crate) fn retire(&mut self) {
+        self.broken = true;
     }
 
     pub(crate) fn role_asked(&self) -> bool {

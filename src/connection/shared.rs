@@ -16,6 +16,7 @@
 //! running the module's code. (r2d2, used before, always makes its pool's
 //! entries on a background thread pool, which discard had to wait for.)
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -41,21 +42,22 @@ pub struct SharedPool {
     location: String,
     max_size: u32,
     /// One permit per connection.
-    gate: FairGate,
+    gate: Arc<FairGate>,
     /// Connections open, leased or idle.
     open: AtomicU32,
     /// Leases out right now (each holds an open connection).
     leased: AtomicU32,
 }
 
-/// An open connection held for one command. Dropping it puts the
+/// An open connection held for one command (or by a task across VCL
+/// calls, e.g. from `MULTI` to `EXEC`, hence owned). Dropping it puts the
 /// connection back (unless it broke), and only then (fields drop after
 /// `drop`) lets the next worker in.
-pub struct SharedLease<'a> {
-    pool: &'a SharedPool,
+pub struct SharedLease {
+    pool: Arc<SharedPool>,
     conn: Option<Connection>,
     generation: u64,
-    _permit: Permit<'a>,
+    _permit: Permit,
 }
 
 impl SharedPool {
@@ -67,7 +69,7 @@ impl SharedPool {
             generation: AtomicU64::new(0),
             location,
             max_size,
-            gate: FairGate::new(max_size),
+            gate: Arc::new(FairGate::new(max_size)),
             open: AtomicU32::new(0),
             leased: AtomicU32::new(0),
         }
@@ -79,11 +81,11 @@ impl SharedPool {
     /// is still good, else a new one. When `refresh` fails, its error is
     /// returned and the worker's place goes to the next one.
     pub fn get(
-        &self,
+        self: &Arc<Self>,
         stats: &Stats,
         deadline: Option<Instant>,
         refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
-    ) -> Result<SharedLease<'_>, Error> {
+    ) -> Result<SharedLease, Error> {
         let started = Instant::now();
         let Some((permit, admission)) = self.gate.acquire(deadline) else {
             stats.inc(Counter::WorkersBlocked);
@@ -110,7 +112,7 @@ impl SharedPool {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {
-            pool: self,
+            pool: Arc::clone(self),
             conn: Some(conn),
             generation,
             _permit: permit,
@@ -137,7 +139,7 @@ impl SharedPool {
     }
 }
 
-impl SharedLease<'_> {
+impl SharedLease {
     pub fn conn(&mut self) -> &mut Connection {
         self.conn
             .as_mut()
@@ -145,9 +147,9 @@ impl SharedLease<'_> {
     }
 }
 
-impl Drop for SharedLease<'_> {
+impl Drop for SharedLease {
     fn drop(&mut self) {
-        let pool = self.pool;
+        let pool = &self.pool;
         if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
             let mut idle = pool.idle.lock();
             if pool.generation.load(Ordering::Relaxed) == self.generation {
