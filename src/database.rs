@@ -102,8 +102,12 @@ impl Lease<'_> {
 impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
-            self.connections
-                .give_back(self.owner, std::mem::take(&mut self.stats), conn, self.budget);
+            self.connections.give_back(
+                self.owner,
+                std::mem::take(&mut self.stats),
+                conn,
+                self.budget,
+            );
         }
     }
 }
@@ -149,7 +153,9 @@ impl Drop for Pinned {
     }
 }
 
-/// What one attempt on one server gave.
+/// What one attempt on one server gave. (Large, but moved once per
+/// attempt: boxing it would cost an allocation per command.)
+#[allow(clippy::large_enum_variant)]
 enum Outcome<'a> {
     /// The reply, and the lease of the connection it came on.
     Reply(Reply, Lease<'a>),
@@ -263,10 +269,12 @@ impl Database {
                     Arc::new(Health::new(self.config.sickness_ttl)),
                 ),
             };
-            let pool = self
-                .config
-                .shared_connections
-                .then(|| Arc::new(SharedPool::new(connector.location().to_string(), self.config.max_connections)));
+            let pool = self.config.shared_connections.then(|| {
+                Arc::new(SharedPool::new(
+                    connector.location().to_string(),
+                    self.config.max_connections,
+                ))
+            });
             let server = Arc::new(Server::new(
                 id,
                 connector.clone(),
@@ -368,7 +376,11 @@ impl Database {
         let usable = std::iter::from_fn(|| connections.take(owner))
             .find_map(|conn| self.still_usable(server, conn, now));
         let conn = usable.map_or_else(|| self.connect(server, deadline), Ok)?;
-        Ok(Lease::Private(self.private_lease(connections, server, conn)))
+        Ok(Lease::Private(self.private_lease(
+            connections,
+            server,
+            conn,
+        )))
     }
 
     fn private_lease<'a>(
@@ -892,7 +904,12 @@ fn describe_plan(
     let order: Vec<String> = plan.iter().map(|&i| describe(i)).collect();
     let left_out: Vec<String> = (0..candidates.len())
         .filter(|i| !plan.contains(i))
-        .map(|i| format!("{} (replica, master needed)", topology.servers[i].location()))
+        .map(|i| {
+            format!(
+                "{} (replica, master needed)",
+                topology.servers[i].location()
+            )
+        })
         .collect();
     let mut text = format!(
         "plan for {name} (master={master_only}): {}",
@@ -1250,11 +1267,19 @@ vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
         };
         let db = Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap();
         // type=master: nothing is connected at load.
-        for location in ["127.0.0.1:1", "127.0.0.2:1", "127.0.1.1:1", "/nowhere.sock", "127.0.0.3:2"] {
-            db.add_server(&location.parse().unwrap(), Role::Master).unwrap();
+        for location in [
+            "127.0.0.1:1",
+            "127.0.0.2:1",
+            "127.0.1.1:1",
+            "/nowhere.sock",
+            "127.0.0.3:2",
+        ] {
+            db.add_server(&location.parse().unwrap(), Role::Master)
+                .unwrap();
         }
         // Added again: the same server.
-        db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave).unwrap();
+        db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave)
+            .unwrap();
         assert_eq!(db.topology().servers.len(), 5);
         assert_eq!(db.topology().servers[1].role(), Role::Slave);
         db.stats().add(Counter::ConnectionsTotal, 2);
@@ -1293,8 +1318,13 @@ vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
                 sleep.push(b"0.8");
                 sleep.timeout = Some(Duration::ZERO);
                 holding.wait();
-                db.execute(&mut sleep, true, &mut TaskConnection::default(), &mut |_| {})
-                    .unwrap();
+                db.execute(
+                    &mut sleep,
+                    true,
+                    &mut TaskConnection::default(),
+                    &mut |_| {},
+                )
+                .unwrap();
             });
             holding.wait();
             // Let it take the connection first.

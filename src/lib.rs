@@ -19,13 +19,13 @@ pub mod database;
 pub mod error;
 pub mod reply;
 mod routing;
-mod topology;
 pub mod server;
 mod session;
 pub mod stats;
 #[cfg(test)]
 mod testing;
 pub mod tls;
+mod topology;
 
 #[cfg(not(test))]
 mod ffi;

@@ -47,7 +47,12 @@ pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) ->
     let mut plan = Vec::with_capacity(order.len());
     for group in order.chunk_by(|a, b| a.0 == b.0) {
         let start = rotation % group.len();
-        plan.extend(group[start..].iter().chain(&group[..start]).map(|(_, i)| *i));
+        plan.extend(
+            group[start..]
+                .iter()
+                .chain(&group[..start])
+                .map(|(_, i)| *i),
+        );
     }
     plan
 }
@@ -86,13 +91,23 @@ mod tests {
 
     #[test]
     fn masters_only_for_master_true() {
-        let servers = [c(0, S, false), c(1, M, false), c(0, A, false), c(0, M, false)];
+        let servers = [
+            c(0, S, false),
+            c(1, M, false),
+            c(0, A, false),
+            c(0, M, false),
+        ];
         assert_eq!(plan(&servers, true, 0), vec![3, 2, 1]);
     }
 
     #[test]
     fn replicas_first_for_master_false_then_unknown_then_masters() {
-        let servers = [c(0, M, false), c(0, A, false), c(0, S, false), c(0, S, false)];
+        let servers = [
+            c(0, M, false),
+            c(0, A, false),
+            c(0, S, false),
+            c(0, S, false),
+        ];
         assert_eq!(plan(&servers, false, 0), vec![2, 3, 1, 0]);
     }
 
@@ -124,7 +139,12 @@ mod tests {
 
     #[test]
     fn rotation_spreads_over_equal_servers_only() {
-        let servers = [c(0, S, false), c(0, S, false), c(0, S, false), c(1, S, false)];
+        let servers = [
+            c(0, S, false),
+            c(0, S, false),
+            c(0, S, false),
+            c(1, S, false),
+        ];
         assert_eq!(plan(&servers, false, 0), vec![0, 1, 2, 3]);
         assert_eq!(plan(&servers, false, 1), vec![1, 2, 0, 3]);
         assert_eq!(plan(&servers, false, 2), vec![2, 0, 1, 3]);
@@ -151,7 +171,10 @@ mod tests {
                     let want: Vec<usize> = (0..n)
                         .filter(|&i| !master_only || servers[i].role != S)
                         .collect();
-                    assert_eq!(p, want, "n={n} master_only={master_only} rotation={rotation}");
+                    assert_eq!(
+                        p, want,
+                        "n={n} master_only={master_only} rotation={rotation}"
+                    );
                 }
             }
         }

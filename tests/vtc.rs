@@ -106,11 +106,11 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-use std::net::Ipv4Addr;
 use support::{make_dir, redis_cmd_at, tail_file, Waited};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
@@ -764,7 +764,8 @@ fn write_restart_script(
     port: u16,
     cmd: &Command,
 ) -> Result<(), String> {
-    let quote = |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
+    let quote =
+        |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
     let mut line = quote(cmd.get_program());
     for arg in cmd.get_args() {
         line.push(' ');

@@ -20,8 +20,9 @@ use super::Connection;
 use crate::stats::{Counter, Stats};
 
 /// Which database object and which of its servers a connection goes to.
+/// (Public for the micro benchmark.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Owner {
+pub struct Owner {
     /// Unique per database object of the process.
     pub db: u64,
     /// Stable id of the server in that database.
@@ -39,7 +40,7 @@ struct Idle {
 /// The idle private connections of the databases of one VCL, per worker
 /// thread, least recently used first.
 #[derive(Default)]
-pub(crate) struct PrivateConnections {
+pub struct PrivateConnections {
     per_thread: ThreadLocal<AtomicRefCell<Vec<Idle>>>,
 }
 
@@ -49,7 +50,7 @@ impl PrivateConnections {
     }
 
     /// This thread's idle connection to `owner`, if it has one.
-    pub(crate) fn take(&self, owner: Owner) -> Option<Connection> {
+    pub fn take(&self, owner: Owner) -> Option<Connection> {
         let mut list = self.list().try_borrow_mut().ok()?;
         let pos = list.iter().rposition(|idle| idle.owner == owner)?;
         Some(list.remove(pos).conn)
@@ -58,7 +59,7 @@ impl PrivateConnections {
     /// Keeps `conn` for this thread's next command; closes the least
     /// recently used ones while the thread would hold more than `budget`
     /// (the `max_connections` of the database giving it back).
-    pub(crate) fn give_back(&self, owner: Owner, stats: Weak<Stats>, conn: Connection, budget: u32) {
+    pub fn give_back(&self, owner: Owner, stats: Weak<Stats>, conn: Connection, budget: u32) {
         let Ok(mut list) = self.list().try_borrow_mut() else {
             return;
         };
