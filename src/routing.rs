@@ -15,7 +15,7 @@
 //!   replicas while one caller (a worker thread) keeps to the same one.
 //!
 //! Failed attempts retry on the next server of the plan.
-use crate::config::Role;
+use crate::config::{Role, Subnets};
 
 /// What the plan needs to know of one server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +55,51 @@ pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) ->
         );
     }
     plan
+}
+
+/// The `debug=true` line for a plan: the candidates in order with why they
+/// rank there, and the servers left out. Locations and roles only: no
+/// arguments, no credentials.
+pub(crate) fn describe(
+    name: &str,
+    master_only: bool,
+    locations: &[&str],
+    candidates: &[Candidate],
+    plan: &[usize],
+) -> String {
+    let describe = |index: usize| {
+        let c = &candidates[index];
+        let weight = if c.weight == Subnets::WORST {
+            "no subnet".to_string()
+        } else {
+            format!("weight {}", c.weight)
+        };
+        let role = match c.role {
+            Role::Auto => "role unknown",
+            role => role.as_str(),
+        };
+        let health = if c.sick { "sick" } else { "healthy" };
+        format!("{} ({role}, {weight}, {health})", locations[index])
+    };
+    let order: Vec<String> = plan.iter().map(|&i| describe(i)).collect();
+    // Only replicas are ever left out (of a plan that needs a master).
+    let left_out: Vec<String> = (0..candidates.len())
+        .filter(|i| !plan.contains(i))
+        .map(|i| format!("{} (replica, master needed)", locations[i]))
+        .collect();
+    let mut text = format!(
+        "plan for {name} (master={master_only}): {}",
+        if order.is_empty() {
+            "no candidate".to_string()
+        } else {
+            order.join(", ")
+        }
+    );
+    if !left_out.is_empty() {
+        text.push_str("; left out: ");
+        text.push_str(&left_out.join(", "));
+    }
+    text
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -178,5 +223,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_debug_line_says_why_each_server_is_where_it_is() {
+        let servers = [c(0, S, false), c(Subnets::WORST, M, true), c(1, S, false)];
+        let locations = ["10.0.0.1:6379", "/run/redis.sock", "10.0.0.2:6379"];
+        let write = plan(&servers, true, 0);
+        assert_eq!(
+            describe("SET", true, &locations, &servers, &write),
+            "plan for SET (master=true): /run/redis.sock (master, no subnet, sick); \
+             left out: 10.0.0.1:6379 (replica, master needed), 10.0.0.2:6379 (replica, master needed)"
+        );
+        let read = plan(&servers, false, 0);
+        assert_eq!(
+            describe("GET", false, &locations, &servers, &read),
+            "plan for GET (master=false): 10.0.0.1:6379 (slave, weight 0, healthy), \
+             10.0.0.2:6379 (slave, weight 1, healthy), /run/redis.sock (master, no subnet, sick)"
+        );
+        assert_eq!(
+            describe("GET", false, &[], &[], &[]),
+            "plan for GET (master=false): no candidate"
+        );
     }
 }
