@@ -264,8 +264,21 @@ pub fn vmod_so_copy() -> Res<PathBuf> {
             let mut bytes = fs::read(&src).map_err(|e| format!("read {}: {e}", src.display()))?;
             let at = file_id_offset(&bytes)
                 .ok_or_else(|| format!("{}: no single file id found", src.display()))?;
-            // Same length, another value: the first digit moved by one.
-            bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+            // Same length, another value: the first digit moved by one, in
+            // every copy of the id (Varnish 7.7 also reads it from the
+            // module's JSON description).
+            let id = bytes[at..at + FILE_ID_LEN].to_vec();
+            let mut other = id.clone();
+            other[0] = if other[0] == b'0' { b'1' } else { b'0' };
+            let mut from = 0;
+            while let Some(pos) = bytes[from..]
+                .windows(FILE_ID_LEN)
+                .position(|w| w == id.as_slice())
+            {
+                let pos = from + pos;
+                bytes[pos..pos + FILE_ID_LEN].copy_from_slice(&other);
+                from = pos + FILE_ID_LEN;
+            }
             let dir = base_dir()?.join("copy");
             make_dir(&dir)?;
             let dst = dir.join(SO_NAME);
@@ -279,8 +292,10 @@ pub fn vmod_so_copy() -> Res<PathBuf> {
 
 /// Where the file id (vmodtool's 64 lowercase hex digits, a C string of its
 /// own) is in the .so; `None` unless there is exactly one such string.
+const FILE_ID_LEN: usize = 64;
+
 fn file_id_offset(bytes: &[u8]) -> Option<usize> {
-    const LEN: usize = 64;
+    const LEN: usize = FILE_ID_LEN;
     let is_id = |at: usize| {
         bytes.get(at + LEN) == Some(&0)
             && (at == 0 || bytes[at - 1] == 0)
