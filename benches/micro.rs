@@ -32,13 +32,13 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use vmod_redis::command::Command;
 use vmod_redis::config::{DbArgs, DbConfig, Location, Protocol};
-use vmod_redis::connection::private::PrivateConnections;
+use vmod_redis::connection::private::{Owner, PrivateConnections};
 use vmod_redis::connection::shared::SharedPool;
 use vmod_redis::connection::{resp, Connector};
 use vmod_redis::database::{Database, TaskConnection};
@@ -234,31 +234,28 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
     let mut g = c.benchmark_group("pool");
     {
         let connector = connector(&redis.sock);
-        let pool = Arc::new(SharedPool::new(
-            connector.location().to_string(),
-            10,
-            Duration::from_secs(1),
-        ));
+        let pool = Arc::new(SharedPool::new(connector.location().to_string(), 10));
         // The first checkout connects; the benchmark reuses that connection.
         let refresh = |idle: Option<_>| idle.map_or_else(|| connector.connect(&stats), Ok);
-        drop(pool.get(&stats, refresh).expect("first checkout"));
+        drop(pool.get(&stats, None, refresh).expect("first checkout"));
         g.bench_function("shared_checkout_return", |b| {
             b.iter(|| {
                 black_box(
-                    pool.get(&stats, refresh)
+                    pool.get(&stats, None, refresh)
                         .map(|mut lease| lease.conn().is_broken()),
                 )
             })
         });
     }
     {
-        let private = PrivateConnections::new(1);
+        let private = PrivateConnections::default();
+        let owner = Owner { db: 0, server: 0 };
         let conn = connector(&redis.sock).connect(&stats).expect("connect");
-        private.give_back(0, conn, &stats);
+        private.give_back(owner, Weak::new(), conn, 1);
         g.bench_function("private_take_give_back", |b| {
             b.iter(|| {
-                let conn = private.take(0).expect("idle connection");
-                private.give_back(0, black_box(conn), &stats);
+                let conn = private.take(owner).expect("idle connection");
+                private.give_back(owner, Weak::new(), black_box(conn), 1);
             })
         });
     }

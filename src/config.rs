@@ -18,9 +18,6 @@ use std::time::Duration;
 /// (never the password).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// `location` was empty: a database needs its first server.
-    #[error("location is required")]
-    MissingLocation,
     /// A location string could not be parsed.
     #[error("invalid location \"{value}\": {reason}")]
     InvalidLocation {
@@ -574,7 +571,9 @@ impl<T: AsRef<str>> std::ops::Deref for Secret<T> {
 /// The validated configuration of one database object.
 #[derive(Clone, Debug)]
 pub struct DbConfig {
-    pub location: Location,
+    /// The first server; `None` when `location` is empty (servers come
+    /// from `.add_server()`).
+    pub location: Option<Location>,
     pub role: Role,
     /// `None`: no timeout (VCL 0).
     pub connection_timeout: Option<Duration>,
@@ -638,10 +637,12 @@ impl DbConfig {
     /// vmod.vcc declares them so the first error reported is the first bad
     /// argument in the VCL.
     pub fn from_args(args: &DbArgs) -> Result<DbConfig, ConfigError> {
-        if args.location.trim().is_empty() {
-            return Err(ConfigError::MissingLocation);
-        }
-        let location: Location = args.location.parse()?;
+        // As in the C VMOD, servers may all come from `.add_server()`.
+        let location: Option<Location> = if args.location.trim().is_empty() {
+            None
+        } else {
+            Some(args.location.parse()?)
+        };
         let role: Role = args.role.parse()?;
         if role == Role::Cluster {
             return Err(ConfigError::NotSupported {
@@ -669,7 +670,7 @@ impl DbConfig {
         let protocol: Protocol = args.protocol.parse()?;
         // tls_* arguments without tls=true are ignored, as the C VMOD does.
         let tls = if args.tls {
-            if let Location::Unix(path) = &location {
+            if let Some(Location::Unix(path)) = &location {
                 return Err(ConfigError::TlsOverUnix {
                     location: path.display().to_string(),
                 });
@@ -1017,7 +1018,7 @@ mod tests {
     #[test]
     fn defaults_from_vmod_vcc() {
         let c = DbConfig::from_args(&args("127.0.0.1:6379")).unwrap();
-        assert_eq!(c.location, tcp("127.0.0.1", 6379));
+        assert_eq!(c.location, Some(tcp("127.0.0.1", 6379)));
         assert_eq!(c.role, Role::Auto);
         assert_eq!(c.connection_timeout, Some(Duration::from_millis(1000)));
         assert_eq!(c.connection_ttl, None);
@@ -1055,7 +1056,7 @@ mod tests {
             ..DbArgs::default()
         };
         let c = DbConfig::from_args(&a).unwrap();
-        assert_eq!(c.location, Location::Unix("/run/redis.sock".into()));
+        assert_eq!(c.location, Some(Location::Unix("/run/redis.sock".into())));
         assert_eq!(c.role, Role::Slave);
         assert_eq!(c.connection_timeout, None);
         assert_eq!(c.connection_ttl, Some(Duration::from_secs(300)));
@@ -1091,8 +1092,9 @@ mod tests {
     #[test]
     fn argument_errors() {
         let base = args("127.0.0.1:6379");
-        assert_eq!(err(args("")), "location is required");
-        assert_eq!(err(args("  ")), "location is required");
+        // No first server: every server comes from add_server().
+        assert_eq!(DbConfig::from_args(&args("")).unwrap().location, None);
+        assert_eq!(DbConfig::from_args(&args("  ")).unwrap().location, None);
         assert_eq!(
             err(args("localhost")),
             "invalid location \"localhost\": missing port (expected host:port, \
@@ -1530,7 +1532,7 @@ mod proptests {
                 debug: flags[4],
             };
             let u32_count = |v: i64| u32::try_from(v).is_ok();
-            let valid = a.location.parse::<Location>().is_ok()
+            let valid = (a.location.trim().is_empty() || a.location.parse::<Location>().is_ok())
                 && matches!(a.role, "master" | "slave" | "auto")
                 && a.connection_timeout >= 0
                 && a.connection_ttl >= 0
@@ -1544,7 +1546,7 @@ mod proptests {
             match DbConfig::from_args(&a) {
                 Ok(c) => {
                     prop_assert!(valid, "{:?} accepted", a);
-                    prop_assert_eq!(c.location, a.location.parse::<Location>().unwrap());
+                    prop_assert_eq!(c.location, a.location.parse::<Location>().ok());
                     prop_assert_eq!(i64::from(c.max_connections), a.max_connections);
                     prop_assert_eq!(i64::from(c.max_command_retries), a.max_command_retries);
                     prop_assert_eq!(i64::from(c.max_cluster_hops), a.max_cluster_hops);

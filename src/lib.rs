@@ -5,7 +5,9 @@
 //!   vmod.vcc declares, workspace copies, PRIV slots, VSL, panics.
 //! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
 //! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
-//!   (routing, execution, retries), [`connection`] (private / shared),
+//!   (execution along the plan, retries), `routing` (the execution plan),
+//!   `topology` (a database's servers as a snapshot), [`connection`]
+//!   (private / shared),
 //!   [`command`], [`session`] (connection state per command), [`reply`],
 //!   [`stats`].
 // The FFI layer (and the VCL layer that only it calls) need varnishd's
@@ -18,12 +20,14 @@ pub mod connection;
 pub mod database;
 pub mod error;
 pub mod reply;
+mod routing;
 pub mod server;
 mod session;
 pub mod stats;
 #[cfg(test)]
 mod testing;
 pub mod tls;
+mod topology;
 
 #[cfg(not(test))]
 mod ffi;

@@ -3,7 +3,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Location, Role};
+use crate::config::Role;
+use crate::connection::shared::SharedPool;
 use crate::connection::Connector;
 use crate::reply::Reply;
 
@@ -122,27 +123,48 @@ const ROLE_UNKNOWN: u8 = 0;
 const ROLE_MASTER: u8 = 1;
 const ROLE_SLAVE: u8 = 2;
 
-/// A server of a database. Its role may be learnt later (`type=auto` with
-/// the server down at start-up), hence the atomic.
+/// A server of a database: where it is and how to reach it, its role, its
+/// health and (shared mode) its pool. Its id is stable for the life of the
+/// database, whatever else is added to or removed from the topology.
 pub struct Server {
-    pub location: Location,
+    pub(crate) id: u32,
     pub connector: Connector,
     pub health: Arc<Health>,
+    /// Subnet weight (`redis.subnets()`): lower is closer.
+    pub(crate) weight: u32,
+    /// The type the VCL gave: only `auto` servers have their role asked
+    /// (and asked again when it may have changed).
+    declared: Role,
+    /// Master or slave once known; unknown while a `type=auto` server has
+    /// not answered `ROLE` yet (or its answer may be stale), hence the
+    /// atomic.
     role: AtomicU8,
     /// `ROLE` was refused (an ACL user without it): logged once.
     role_refused: AtomicBool,
+    /// Shared mode: the pool of connections to this server.
+    pub(crate) pool: Option<Arc<SharedPool>>,
 }
 
 impl Server {
-    pub fn new(location: Location, connector: Connector, role: Role, health: Arc<Health>) -> Self {
+    pub(crate) fn new(
+        id: u32,
+        connector: Connector,
+        declared: Role,
+        health: Arc<Health>,
+        weight: u32,
+        pool: Option<Arc<SharedPool>>,
+    ) -> Self {
         let server = Server {
-            location,
+            id,
             connector,
             health,
+            weight,
+            declared,
             role: AtomicU8::new(ROLE_UNKNOWN),
             role_refused: AtomicBool::new(false),
+            pool,
         };
-        server.set_role(role);
+        server.set_role(declared);
         server
     }
 
@@ -152,6 +174,29 @@ impl Server {
             ROLE_MASTER => Role::Master,
             ROLE_SLAVE => Role::Slave,
             _ => Role::Auto,
+        }
+    }
+
+    /// The type the VCL declared (`master`, `slave` or `auto`).
+    pub(crate) fn declared(&self) -> Role {
+        self.declared
+    }
+
+    /// Should `ROLE` be asked on this connection? For `type=auto` servers,
+    /// on every new connection (a reconnect may follow a failover) and on
+    /// any connection while the role is unknown.
+    pub(crate) fn wants_role(&self, conn_asked: bool) -> bool {
+        self.declared == Role::Auto
+            && !self.role_refused.load(Ordering::Relaxed)
+            && (!conn_asked || self.role() == Role::Auto)
+    }
+
+    /// The role may have changed (a `READONLY` reply from a supposed
+    /// master, a `MASTERDOWN` from a replica): a `type=auto` server is asked
+    /// again before its next command. Declared roles stay as the VCL says.
+    pub(crate) fn forget_role(&self) {
+        if self.declared == Role::Auto && !self.role_refused.load(Ordering::Relaxed) {
+            self.role.store(ROLE_UNKNOWN, Ordering::Relaxed);
         }
     }
 
@@ -169,6 +214,17 @@ impl Server {
             Role::Auto | Role::Cluster => ROLE_UNKNOWN,
         };
         self.role.store(value, Ordering::Relaxed);
+    }
+
+    /// The server's location as logs and stats show it.
+    pub(crate) fn location(&self) -> &str {
+        self.connector.location()
+    }
+
+    /// Open and idle connections of its pool (zeros in private mode, where
+    /// they live in the worker threads).
+    pub(crate) fn pool_state(&self) -> (u32, u32) {
+        self.pool.as_ref().map_or((0, 0), |pool| pool.state())
     }
 }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::command::Command;
-use crate::config::{redact_credentials, DbArgs, DbConfig, Subnets};
+use crate::config::{redact_credentials, DbArgs, DbConfig, Location, Role, Subnets};
+use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
@@ -22,6 +23,9 @@ use crate::stats::{PrometheusOptions, Stats};
 pub struct VclState {
     databases: RwLock<Vec<Arc<Database>>>,
     subnets: Mutex<Option<Subnets>>,
+    /// The private connections of every database of this VCL that uses
+    /// them: one budget per worker thread, as in the C VMOD.
+    private: Arc<PrivateConnections>,
 }
 
 /// Module-level task state (PRIV_TASK of the proxied functions): the
@@ -63,20 +67,24 @@ fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
 
 /// `new db = redis.db(...)`.
 pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Arc<Database>> {
+    // Later subnets() calls are ignored once a database exists.
+    let subnets = vcl
+        .subnets
+        .lock()
+        .get_or_insert_with(Subnets::default)
+        .clone();
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
             let stats = ctx
                 .counter_segment(name)
                 .map_or_else(Stats::default, Stats::in_memory);
-            Database::with_stats(name, config, stats)
+            Database::with_stats(name, config, stats, subnets, &vcl.private)
         });
     match created {
         Ok(db) => {
             let db = Arc::new(db);
             vcl.databases.write().push(db.clone());
-            // Later subnets() calls are ignored once a database exists.
-            vcl.subnets.lock().get_or_insert_with(Subnets::default);
             Some(db)
         }
         Err(err) => {
@@ -86,13 +94,25 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
     }
 }
 
-/// `.add_server()`: more servers per database come with replicas support.
-pub fn add_server(ctx: &Ctx, db: &Database, location: &str, _role: &str) {
-    ctx.fail(&format!(
-        "[REDIS] db {}: add_server({}): more than one server per database is not supported yet",
-        db.name(),
-        redact_credentials(location)
-    ));
+/// `.add_server()`: one more server (`vcl_init` only, like the C VMOD);
+/// a bad location or type fails `vcl.load`.
+pub fn add_server(ctx: &Ctx, db: &Database, location: &str, role: &str) {
+    if !ctx.in_init() {
+        log_error(ctx, db, "add_server(): only in vcl_init");
+        return;
+    }
+    let added = location
+        .parse::<Location>()
+        .and_then(|location| Ok((location, role.parse::<Role>()?)))
+        .map_err(Error::from)
+        .and_then(|(location, role)| db.add_server(&location, role));
+    if let Err(err) = added {
+        ctx.fail(&format!(
+            "[REDIS] db {}: add_server({}): {err}",
+            db.name(),
+            redact_credentials(location)
+        ));
+    }
 }
 
 /// `redis.subnets()`: parsed now so a typo fails `vcl.load`.

@@ -23,16 +23,20 @@
 //!
 //! ```text
 //! #@ redis NAME [ARG...]           standalone redis-server
-//! #@ replica NAME MASTER [ARG...]  redis-server --replicaof 127.0.0.1 <MASTER's port>
+//! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
+//! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
 //! ```
 //!
 //! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
 //! --daemonize no --repl-diskless-sync-delay 0 --dir <dir>/NAME.data
 //! --unixsocket <dir>/NAME.sock --unixsocketperm 777 --logfile <dir>/NAME.log`
 //! (stdout and stderr go to `<dir>/NAME.out`), then the ARGs verbatim (a
-//! later redis option overrides an earlier one). P is a free loopback port
+//! later redis option overrides an earlier one). `--bind 127.X.Y.Z` among
+//! the ARGs puts the server on another loopback address (so that
+//! `redis.subnets()` masks can tell servers apart); the harness then
+//! checks it, and makes its macros and its replicas' `--replicaof`, there. P is a free loopback port
 //! (another is tried when redis reports "Address already in use"). A server
 //! is up when it answers PING (`+PONG`, `-NOAUTH`, any reply but `-LOADING`)
 //! within 10 s; a replica, in addition, when its `INFO replication` shows
@@ -67,7 +71,10 @@
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
 //!   per-test directory, which varnishtest defines itself (a `-Dtmpdir` would
 //!   be ignored).
-//! * per server NAME: `${NAME_addr}` (`127.0.0.1:PORT`), `${NAME_port}`,
+//! * per server NAME: `${NAME_addr}` (`HOST:PORT`), `${NAME_host}` (`127.0.0.1`
+//!   unless `--bind` says otherwise), `${NAME_port}`, `${NAME_restart}` (a
+//!   script that starts the server again, same options, after the vtc
+//!   killed it; returns once it answers PING; the harness stops it too),
 //!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
 //!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
 //! * with any `redis-tls` server, the test TLS material
@@ -99,11 +106,12 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{make_dir, redis_cmd, tail_file, Waited};
+use support::{make_dir, redis_cmd_at, tail_file, Waited};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const PING_DEADLINE: Duration = Duration::from_secs(10);
@@ -165,6 +173,7 @@ enum Directive {
         args: Vec<String>,
     },
     Timeout(u64),
+    Env(String, String),
 }
 
 fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
@@ -205,6 +214,10 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                         .map_err(|_| at("usage: #@ timeout SECONDS".into()))?,
                 ),
                 _ => return Err(at("usage: #@ timeout SECONDS".into())),
+            },
+            "env" => match params {
+                [name, value] => Directive::Env(name.clone(), value.clone()),
+                _ => return Err(at("usage: #@ env NAME VALUE".into())),
             },
             other => return Err(at(format!("unknown directive {other:?}"))),
         };
@@ -306,6 +319,7 @@ fn valid_name(name: &str) -> bool {
 
 struct Server {
     name: String,
+    host: Ipv4Addr,
     port: u16,
     child: Child,
     log: PathBuf,
@@ -334,6 +348,17 @@ impl Drop for Fixture {
         for s in &mut self.servers {
             let _ = s.child.wait();
         }
+        // Servers a vtc started again with `${NAME_restart}`.
+        let restarted: Vec<(i32, String)> = self
+            .servers
+            .iter()
+            .filter_map(|s| {
+                let pid = fs::read_to_string(restarted_pidfile(&self.dir, &s.name)).ok()?;
+                let pid: i32 = pid.trim().parse().ok()?;
+                support::alive(pid).then(|| (pid, format!("redis {} (restarted)", s.name)))
+            })
+            .collect();
+        support::stop_pids(&restarted, STOP_GRACE);
         if keep() {
             eprintln!("vtc: kept {}", self.dir.display());
         } else {
@@ -395,7 +420,8 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         let copy = support::vmod_so_copy()?;
         macros.push(("vmod_so_copy".into(), copy.display().to_string()));
     }
-    let mut ports: HashMap<String, u16> = HashMap::new();
+    let mut ports: HashMap<String, (Ipv4Addr, u16)> = HashMap::new();
+    let mut env: Vec<(String, String)> = Vec::new();
     let mut timeout = std::env::var("VTC_TIMEOUT")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -405,6 +431,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         let (name, master, raw_args) = match d {
             Directive::Timeout(t) => {
                 timeout = *t;
+                continue;
+            }
+            Directive::Env(name, value) => {
+                env.push((name.clone(), value.clone()));
                 continue;
             }
             Directive::Redis { name, args, .. } => (name, None, args),
@@ -425,7 +455,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         if ports.contains_key(name) {
             return Err(format!("server {name:?} declared twice").into());
         }
-        let master_port = match master {
+        let master_at = match master {
             Some(m) => Some(*ports.get(m).ok_or_else(|| {
                 format!("replica {name}: unknown master {m:?} (declare it above)")
             })?),
@@ -458,24 +488,30 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 .map(|a| expand(a, &macros))
                 .collect::<Result<Vec<_>, _>>()?,
         );
-        if let Err(e) = start_redis(&dir, name, master_port, &args, &mut fx.servers) {
+        let host = bind_of(&args)?;
+        if let Err(e) = start_redis(&dir, name, host, master_at, &args, &mut fx.servers) {
             return Err(format!("{e}{}", fx.logs()).into());
         }
         let srv = fx.servers.last().expect("started server");
         let (port, pid) = (srv.port, srv.child.id());
-        if master_port.is_some() {
-            if let Err(e) = wait_replica_up(port, password_of(&args)) {
+        if master_at.is_some() {
+            if let Err(e) = wait_replica_up(host, port, password_of(&args)) {
                 return Err(format!("replica {name}: {e}{}", fx.logs()).into());
             }
         }
-        ports.insert(name.clone(), port);
+        ports.insert(name.clone(), (host, port));
         let sock = dir.join(format!("{name}.sock")).display().to_string();
-        macros.push((format!("{name}_addr"), format!("127.0.0.1:{port}")));
+        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+        macros.push((format!("{name}_host"), host.to_string()));
+        macros.push((
+            format!("{name}_restart"),
+            dir.join(format!("{name}.restart")).display().to_string(),
+        ));
         macros.push((format!("{name}_port"), port.to_string()));
         macros.push((format!("{name}_sock"), sock));
         macros.push((format!("{name}_pid"), pid.to_string()));
         if let Some(tls_port) = tls_port {
-            macros.push((format!("{name}_tls_addr"), format!("127.0.0.1:{tls_port}")));
+            macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
             macros.push((format!("{name}_tls_port"), tls_port.to_string()));
         }
     }
@@ -492,6 +528,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     }
     cmd.arg(file);
     cmd.env("PATH", path_with_sbin());
+    cmd.envs(env);
     cmd.stdin(Stdio::null());
     let output = cmd
         .output()
@@ -643,7 +680,8 @@ fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, String> {
 fn start_redis(
     dir: &Path,
     name: &str,
-    replicaof: Option<u16>,
+    host: Ipv4Addr,
+    replicaof: Option<(Ipv4Addr, u16)>,
     extra: &[String],
     servers: &mut Vec<Server>,
 ) -> Result<(), String> {
@@ -669,19 +707,23 @@ fn start_redis(
             .arg("--unixsocket")
             .arg(&sock)
             .args(["--unixsocketperm", "777"]);
-        if let Some(mp) = replicaof {
-            cmd.arg("--replicaof").arg("127.0.0.1").arg(mp.to_string());
+        if let Some((master_host, master_port)) = replicaof {
+            cmd.arg("--replicaof")
+                .arg(master_host.to_string())
+                .arg(master_port.to_string());
         }
         cmd.args(extra)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out_file)
             .stderr(err_file);
+        write_restart_script(dir, name, host, port, &cmd)?;
         let child = cmd
             .spawn()
             .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))?;
         let mut srv = Server {
             name: name.to_string(),
+            host,
             port,
             child,
             log: log.clone(),
@@ -708,14 +750,55 @@ fn start_redis(
     Err(format!("{last_err} ({PORT_ATTEMPTS} attempts)"))
 }
 
+fn restarted_pidfile(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.restarted.pid"))
+}
+
+/// `<dir>/NAME.restart`: starts the server again with the same command line
+/// (after a vtc killed it), daemonized with a pid file that the harness
+/// stops it by, and returns once it answers PING (10 s at most).
+fn write_restart_script(
+    dir: &Path,
+    name: &str,
+    host: Ipv4Addr,
+    port: u16,
+    cmd: &Command,
+) -> Result<(), String> {
+    let quote =
+        |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
+    let mut line = quote(cmd.get_program());
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&quote(arg));
+    }
+    let pidfile = restarted_pidfile(dir, name);
+    let script = format!(
+        "#!/bin/bash\ncd {dir} || exit 1\n\
+         # Close what varnishtest leaves open (its output pipe among them): the\n\
+         # daemon would keep it, and the harness would wait for its EOF.\n\
+         for fd in $(ls /proc/$$/fd); do [ \"$fd\" -gt 2 ] && eval \"exec $fd>&-\"; done 2>/dev/null\n\
+         {line} --daemonize yes --pidfile {pidfile} || exit 1\n\
+         for i in $(seq 100); do {cli} -h {host} -p {port} PING >/dev/null 2>&1 && exit 0; sleep 0.1; done\n\
+         echo 'redis {name} not up after restart' >&2; exit 1\n",
+        dir = quote(dir.as_os_str()),
+        pidfile = quote(pidfile.as_os_str()),
+        cli = support::cli_program(),
+    );
+    let path = dir.join(format!("{name}.restart"));
+    support::write_public(&path, &script)?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
 fn wait_ping(srv: &mut Server) -> Result<(), String> {
     let mut last = String::new();
-    let port = srv.port;
+    let (host, port) = (srv.host, srv.port);
     let waited = support::wait_ready(
         &mut srv.child,
         PING_DEADLINE,
         Duration::from_millis(50),
-        || match redis_cmd(port, None, &["PING"]) {
+        || match redis_cmd_at(host, port, None, &["PING"]) {
             Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
             Ok(r) => {
                 last = format!("PING: {r:?}");
@@ -737,11 +820,27 @@ fn wait_ping(srv: &mut Server) -> Result<(), String> {
     }
 }
 
-fn wait_replica_up(port: u16, password: Option<String>) -> Result<(), String> {
+/// The loopback address a server's ARGs bind it to (the last `--bind`,
+/// first address), 127.0.0.1 by default.
+fn bind_of(args: &[String]) -> Result<Ipv4Addr, String> {
+    let Some(at) = args.iter().rposition(|a| a == "--bind") else {
+        return Ok(Ipv4Addr::LOCALHOST);
+    };
+    let first = args
+        .get(at + 1)
+        .and_then(|value| value.split_whitespace().next())
+        .unwrap_or_default();
+    match first.parse::<Ipv4Addr>() {
+        Ok(ip) if ip.is_loopback() => Ok(ip),
+        _ => Err(format!("--bind {first:?}: only IPv4 loopback addresses")),
+    }
+}
+
+fn wait_replica_up(host: Ipv4Addr, port: u16, password: Option<String>) -> Result<(), String> {
     let deadline = Instant::now() + REPLICA_DEADLINE;
     let mut last;
     loop {
-        match redis_cmd(port, password.as_deref(), &["INFO", "replication"]) {
+        match redis_cmd_at(host, port, password.as_deref(), &["INFO", "replication"]) {
             Ok(r) if r.contains("master_link_status:up") => return Ok(()),
             Ok(r) => last = r,
             Err(e) => last = e.to_string(),

@@ -57,8 +57,9 @@ impl FairGate {
         }
     }
 
-    /// A permit, waiting in line until `deadline` at most.
-    pub fn acquire(self: &Arc<Self>, deadline: Instant) -> Option<(Permit, Admission)> {
+    /// A permit, waiting in line until `deadline` at most (`None`: as long
+    /// as it takes).
+    pub fn acquire(self: &Arc<Self>, deadline: Option<Instant>) -> Option<(Permit, Admission)> {
         let waiter = {
             let mut state = self.state.lock();
             if state.free > 0 {
@@ -94,17 +95,22 @@ impl FairGate {
     }
 
     /// Parks until the permit is handed over (true) or `deadline` passes.
-    fn wait_for_grant(waiter: &Waiter, deadline: Instant) -> bool {
+    fn wait_for_grant(waiter: &Waiter, deadline: Option<Instant>) -> bool {
         loop {
             if waiter.granted.load(Ordering::Acquire) {
                 return true;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
             // Spurious returns and stale unpark tokens only cost a loop.
-            thread::park_timeout(deadline - now);
+            match deadline {
+                None => thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return false;
+                    }
+                    thread::park_timeout(deadline - now);
+                }
+            }
         }
     }
 
@@ -139,8 +145,8 @@ mod tests {
     use std::sync::atomic::AtomicU32;
     use std::time::Duration;
 
-    fn soon(ms: u64) -> Instant {
-        Instant::now() + Duration::from_millis(ms)
+    fn soon(ms: u64) -> Option<Instant> {
+        Some(Instant::now() + Duration::from_millis(ms))
     }
 
     #[test]

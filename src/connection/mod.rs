@@ -12,7 +12,6 @@ pub mod shared;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::command::Command;
@@ -22,19 +21,14 @@ use crate::reply::Reply;
 use crate::stats::{Counter, Stats};
 use crate::tls::Tls;
 
-/// Where a connection goes.
-#[derive(Clone, Debug)]
-enum Address {
-    Tcp { host: String, port: u16 },
-    Unix(PathBuf),
-}
-
 /// How to open a connection to one server: address, credentials, protocol
 /// and connect timeout, fixed when the database object is created.
 #[derive(Clone)]
 pub struct Connector {
-    address: Address,
-    location: String,
+    /// Where the server is: the one type for it ([`Location`]).
+    location: Location,
+    /// Its text, as logs and stats show it (made once).
+    name: String,
     /// The request sent right after connecting (HELLO / AUTH), if any.
     handshake: Option<Vec<u8>>,
     /// The handshake is `HELLO` (a protocol was asked for).
@@ -51,7 +45,7 @@ impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // No handshake: it holds the password.
         f.debug_struct("Connector")
-            .field("location", &self.location)
+            .field("location", &self.name)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
@@ -66,16 +60,9 @@ impl Connector {
         connect_timeout: Option<Duration>,
         tls: Option<Tls>,
     ) -> Result<Self> {
-        let address = match location {
-            Location::Tcp { host, port } => Address::Tcp {
-                host: host.clone(),
-                port: *port,
-            },
-            Location::Unix(path) => Address::Unix(path.clone()),
-        };
         Ok(Connector {
-            address,
-            location: location.to_string(),
+            location: location.clone(),
+            name: location.to_string(),
             handshake: handshake(user, password, protocol),
             sends_hello: protocol != Protocol::Default,
             auth_without_hello: handshake(user, password, Protocol::Default),
@@ -86,7 +73,7 @@ impl Connector {
 
     /// The server's location as logs and stats show it.
     pub fn location(&self) -> &str {
-        &self.location
+        &self.name
     }
 
     /// Opens a connection (HELLO / AUTH included), counting the outcome.
@@ -109,7 +96,7 @@ impl Connector {
             Err(detail) => {
                 stats.inc(Counter::ConnectionsFailed);
                 Err(Error::Connect {
-                    server: self.location.clone(),
+                    server: self.name.clone(),
                     detail,
                 })
             }
@@ -117,8 +104,8 @@ impl Connector {
     }
 
     fn open(&self, timeout: Option<Duration>) -> std::result::Result<Connection, String> {
-        let stream = match &self.address {
-            Address::Tcp { host, port } => {
+        let stream = match &self.location {
+            Location::Tcp { host, port } => {
                 let addrs: Vec<SocketAddr> = (host.as_str(), *port)
                     .to_socket_addrs()
                     .map_err(|err| format!("cannot resolve {host}: {err}"))?
@@ -131,7 +118,7 @@ impl Connector {
                     None => Stream::Tcp(stream),
                 }
             }
-            Address::Unix(path) => {
+            Location::Unix(path) => {
                 Stream::Unix(UnixStream::connect(path).map_err(|e| e.to_string())?)
             }
         };

@@ -1,7 +1,8 @@
 //! Shared mode: one bounded pool per (database, server) for all workers.
 //! At most `max_connections` workers hold a connection at once: they are
 //! admitted in arrival order ([`FairGate`], one permit per connection), the
-//! wait is bounded, and a worker that finds every connection in use is
+//! wait is bounded by the caller's deadline (none: as long as it takes, as
+//! in the C VMOD), and a worker that finds every connection in use is
 //! counted in `workers.blocked`.
 //!
 //! The worker admitted takes the most recently used idle connection, or
@@ -16,7 +17,7 @@
 //! entries on a background thread pool, which discard had to wait for.)
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -40,7 +41,6 @@ pub struct SharedPool {
     generation: AtomicU64,
     location: String,
     max_size: u32,
-    wait: Duration,
     /// One permit per connection.
     gate: Arc<FairGate>,
     /// Connections open, leased or idle.
@@ -61,33 +61,33 @@ pub struct SharedLease {
 }
 
 impl SharedPool {
-    /// At most `max_size` connections (1 to [`MAX_SLOTS`]); `wait` bounds
-    /// how long a worker waits for one.
-    pub fn new(location: String, max_size: u32, wait: Duration) -> Self {
+    /// At most `max_size` connections (1 to [`MAX_SLOTS`]).
+    pub fn new(location: String, max_size: u32) -> Self {
         let max_size = max_size.clamp(1, MAX_SLOTS);
         SharedPool {
             idle: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
             location,
             max_size,
-            wait,
             gate: Arc::new(FairGate::new(max_size)),
             open: AtomicU32::new(0),
             leased: AtomicU32::new(0),
         }
     }
 
-    /// A usable connection, waiting in line at most `wait`: `refresh` gets
+    /// A usable connection, waiting in line until `deadline` at most:
+    /// `refresh` gets
     /// the most recently used idle connection (if any) and returns it if it
     /// is still good, else a new one. When `refresh` fails, its error is
     /// returned and the worker's place goes to the next one.
     pub fn get(
         self: &Arc<Self>,
         stats: &Stats,
+        deadline: Option<Instant>,
         refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<SharedLease, Error> {
         let started = Instant::now();
-        let Some((permit, admission)) = self.gate.acquire(started + self.wait) else {
+        let Some((permit, admission)) = self.gate.acquire(deadline) else {
             stats.inc(Counter::WorkersBlocked);
             return Err(Error::PoolTimeout {
                 server: self.location.clone(),

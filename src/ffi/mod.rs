@@ -89,6 +89,11 @@ impl<'a> Ctx<'a> {
         unsafe { bindings::VRT_fail(self.raw, c"%s".as_ptr(), msg.as_ptr()) }
     }
 
+    /// True in `vcl_init`.
+    pub fn in_init(&self) -> bool {
+        self.raw.method & bindings::VCL_MET_INIT != 0
+    }
+
     /// True in `vcl_synth` and `vcl_backend_error`, where a synthetic body
     /// can be written.
     pub fn in_synth(&self) -> bool {

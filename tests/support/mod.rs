@@ -515,7 +515,17 @@ pub fn redis_server(port: u16, dir: &Path, log: &Path) -> Command {
 /// password is given) and returns the reply's line, or a bulk string's
 /// content. 500 ms to connect, 2 s per read and write.
 pub fn redis_cmd(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    redis_cmd_at(Ipv4Addr::LOCALHOST, port, password, args)
+}
+
+/// [`redis_cmd`] to a server on another loopback address (127.0.1.1...).
+pub fn redis_cmd_at(
+    host: Ipv4Addr,
+    port: u16,
+    password: Option<&str>,
+    args: &[&str],
+) -> io::Result<String> {
+    let addr = SocketAddr::from((host, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;

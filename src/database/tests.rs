@@ -1,0 +1,754 @@
+//! Unit tests of the database object against real redis-server processes.
+use super::*;
+use crate::config::{DbArgs, Secret};
+use crate::testing::RedisProcess;
+
+/// Longer than a connection must be idle to be checked before use.
+const IDLE_CHECK_WAIT: Duration = Duration::from_millis(600);
+
+fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
+    let location = redis.location();
+    let mut args = DbArgs {
+        location: &location,
+        role: "master",
+        ..DbArgs::default()
+    };
+    edit(&mut args);
+    Database::new("db", DbConfig::from_args(&args).expect("valid config")).expect("database")
+}
+
+fn run(db: &Database, args: &[&str]) -> Result<Reply> {
+    run_in(db, &mut TaskConnection::default(), args)
+}
+
+/// `args` as a command of the task that holds `task`.
+fn run_in(db: &Database, task: &mut TaskConnection, args: &[&str]) -> Result<Reply> {
+    let mut command = Command::new(args[0].as_bytes());
+    for arg in &args[1..] {
+        command.push(arg.as_bytes());
+    }
+    db.execute(&mut command, true, task, &mut |_| {})
+}
+
+#[test]
+fn private_connection_is_reused_by_the_thread() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| args.shared_connections = false);
+    assert_eq!(
+        run(&db, &["SET", "k", "v"]).unwrap(),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(
+        run(&db, &["GET", "k"]).unwrap(),
+        Reply::String(b"v".to_vec())
+    );
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+    assert_eq!(db.stats().get(Counter::CommandsTotal), 2);
+    // Another thread opens its own connection.
+    std::thread::scope(|scope| {
+        scope.spawn(|| run(&db, &["PING"]).unwrap());
+    });
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+    assert_eq!(db.close_idle(), 2);
+}
+
+#[test]
+fn too_large_a_command_fails_without_touching_the_connection() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |_| {});
+    let mut command = Command::new(b"SET");
+    command.push(b"big");
+    command.push(&vec![b'x'; MAX_COMMAND_BYTES]);
+    let err = db
+        .execute(
+            &mut command,
+            true,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("command of 16777")
+            && err
+                .to_string()
+                .ends_with("larger than the 16777216 bytes limit"),
+        "{err}"
+    );
+    assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+    assert_eq!(
+        db.stats().get(Counter::ConnectionsTotal),
+        0,
+        "nothing was sent"
+    );
+    assert_eq!(redis.cli(&["EXISTS", "big"]), "0");
+    assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+}
+
+#[test]
+fn error_reply_is_a_reply_and_counted() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |_| {});
+    let reply = run(&db, &["NOSUCHCOMMAND"]).unwrap();
+    assert!(matches!(&reply, Reply::Error(text) if text.starts_with("ERR unknown command")));
+    assert_eq!(db.stats().get(Counter::CommandsError), 1);
+    assert_eq!(db.stats().get(Counter::CommandsFailed), 0);
+}
+
+#[test]
+fn eval_goes_out_as_evalsha_and_falls_back_once() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |_| {});
+    let script = "return ARGV[1]";
+    for _ in 0..3 {
+        let reply = run(&db, &["EVAL", script, "0", "hello"]).unwrap();
+        assert_eq!(reply, Reply::String(b"hello".to_vec()));
+    }
+    assert_eq!(db.stats().get(Counter::CommandsNoscript), 1);
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    run(&db, &["EVAL", script, "0", "again"]).unwrap();
+    assert_eq!(db.stats().get(Counter::CommandsNoscript), 2);
+}
+
+#[test]
+fn retry_reconnects_after_the_server_closed_the_connection() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.max_command_retries = 1;
+        });
+        run(&db, &["PING"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        let stats = db.stats();
+        assert_eq!(stats.get(Counter::CommandsRetried), 1, "shared={shared}");
+        assert_eq!(stats.get(Counter::CommandsFailed), 1, "shared={shared}");
+        assert_eq!(stats.get(Counter::CommandsTotal), 2, "shared={shared}");
+        assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
+    }
+}
+
+#[test]
+fn without_retries_a_dead_connection_fails_once_then_recovers() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| args.shared_connections = shared);
+        run(&db, &["PING"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert!(run(&db, &["PING"]).is_err(), "shared={shared}");
+        assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        if shared {
+            // The broken connection left its slot; the next worker
+            // filled it: one connection open, idle.
+            assert_eq!(db.pool_state(0), (1, 1));
+        }
+    }
+}
+
+#[test]
+fn a_shared_pool_opens_only_the_connections_workers_need_at_once() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = 100;
+    });
+    for _ in 0..20 {
+        run(&db, &["PING"]).unwrap();
+    }
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+    assert_eq!(db.pool_state(0), (1, 1));
+    // Two commands in flight at once (the first one's sleep holds the
+    // server): a second connection, then both reused.
+    let ready = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                ready.wait();
+                run(&db, &["DEBUG", "SLEEP", "0.2"]).unwrap();
+            });
+        }
+    });
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+    for _ in 0..20 {
+        run(&db, &["PING"]).unwrap();
+    }
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+    assert_eq!(db.pool_state(0), (2, 2));
+    // Redis agrees (its list has redis-cli's own connection too).
+    assert_eq!(redis.cli(&["CLIENT", "LIST"]).lines().count(), 3);
+}
+
+#[test]
+fn a_failure_makes_older_connections_of_other_threads_stale() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| args.shared_connections = false);
+    let (ready, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|scope| {
+        // A second worker holds an idle connection across the restart.
+        scope.spawn(|| {
+            run(&db, &["PING"]).unwrap();
+            ready.wait();
+            go.wait();
+            // Its connection predates the failure: dropped as sick and
+            // replaced, instead of failing the command.
+            assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        });
+        run(&db, &["PING"]).unwrap();
+        ready.wait();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert!(run(&db, &["PING"]).is_err());
+        assert!(db.topology().servers[0].health.is_sick(Instant::now()));
+        go.wait();
+    });
+    assert_eq!(db.stats().get(Counter::DroppedHungUp), 1);
+    assert_eq!(db.stats().get(Counter::DroppedSick), 1);
+    assert_eq!(db.stats().get(Counter::CommandsFailed), 1);
+}
+
+#[test]
+fn command_timeout_fails_the_command_and_drops_the_connection() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = false;
+        args.command_timeout = 100;
+    });
+    let started = Instant::now();
+    let err = run(&db, &["DEBUG", "SLEEP", "0.5"]).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(450));
+    assert_eq!(db.stats().get(Counter::DroppedError), 1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+}
+
+#[test]
+fn connection_ttl_replaces_old_connections() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.connection_ttl = 1;
+        });
+        run(&db, &["PING"]).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        run(&db, &["PING"]).unwrap();
+        assert_eq!(db.stats().get(Counter::DroppedTtl), 1, "shared={shared}");
+        assert_eq!(
+            db.stats().get(Counter::ConnectionsTotal),
+            2,
+            "shared={shared}"
+        );
+    }
+}
+
+#[test]
+fn shared_pool_is_bounded_and_counts_blocked_workers() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = 1;
+        args.connection_timeout = 2000;
+    });
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let reply = run(&db, &["DEBUG", "SLEEP", "0.05"]).unwrap();
+                assert_eq!(reply, Reply::Status("OK".into()));
+            });
+        }
+    });
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 1);
+    assert!(db.stats().get(Counter::WorkersBlocked) >= 1);
+    assert_eq!(db.pool_state(0), (1, 1));
+    assert_eq!(db.close_idle(), 1);
+    assert_eq!(db.pool_state(0), (0, 0));
+}
+
+#[test]
+fn a_huge_max_connections_makes_a_bounded_pool() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = i64::from(u32::MAX);
+        // Making the slots must not be bounded by this.
+        args.connection_timeout = 1;
+    });
+    assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+    assert_eq!(db.pool_state(0), (1, 1));
+}
+
+#[test]
+fn a_burst_on_a_fresh_pool_opens_no_more_connections_than_workers() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = 100;
+        args.connection_timeout = 5000;
+        // HELLO on connect: opening waits while Redis sleeps.
+        args.protocol = "RESP3";
+    });
+    let sleeper = std::thread::spawn({
+        let cli = redis.location();
+        move || {
+            std::process::Command::new("redis-cli")
+                .args(["-s", &cli, "DEBUG", "SLEEP", "0.3"])
+                .output()
+                .expect("redis-cli")
+        }
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| run(&db, &["PING"]).unwrap());
+        }
+    });
+    sleeper.join().unwrap();
+    let opened = db.stats().get(Counter::ConnectionsTotal);
+    assert!(
+        (1..=8).contains(&opened),
+        "{opened} connections for 8 workers"
+    );
+}
+
+/// Captured from the C VMOD (libvmod-redis 15.1, Varnish 7.1.1) with a
+/// database of five servers (`add_server()` of two masters, a replica,
+/// a location added twice and two refused ports): no per-server data
+/// and no `server` label, whatever the number of servers.
+const C_JSON_FIVE_SERVERS: &str = r#"{"servers": {"total": 5,"failed": 0},"connections": {"total": 2,"failed": 0,"dropped": {"error": 0,"hung_up": 0,"overflow": 0,"ttl": 0,"version": 0,"sick": 0}},"workers": {"blocked": 0},"commands": {"total": 2,"failed": 0,"retried": 0,"error": 0,"noscript": 0},"cluster": {"discoveries": {"total": 0,"failed": 0},"replies": {"moved": 0,"ask": 0}}}"#;
+const C_PROM_FIVE_SERVERS_HEAD: &str = "# TYPE vmod_redis_servers_total counter
+vmod_redis_servers_total{name=\"db\"} 5
+# TYPE vmod_redis_servers_failed counter
+vmod_redis_servers_failed{name=\"db\"} 0
+# TYPE vmod_redis_connections_total counter
+vmod_redis_connections_total{name=\"db\"} 3
+# TYPE vmod_redis_connections_failed counter
+vmod_redis_connections_failed{name=\"db\"} 1
+# TYPE vmod_redis_connections_dropped counter
+vmod_redis_connections_dropped{name=\"db\",reason=\"error\"} 0
+";
+
+#[test]
+fn stats_of_several_servers_are_the_c_vmods() {
+    let args = DbArgs {
+        location: "",
+        role: "master",
+        ..DbArgs::default()
+    };
+    let db = Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap();
+    // type=master: nothing is connected at load.
+    for location in [
+        "127.0.0.1:1",
+        "127.0.0.2:1",
+        "127.0.1.1:1",
+        "/nowhere.sock",
+        "127.0.0.3:2",
+    ] {
+        db.add_server(&location.parse().unwrap(), Role::Master)
+            .unwrap();
+    }
+    // Added again: the same server.
+    db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave)
+        .unwrap();
+    assert_eq!(db.topology().servers.len(), 5);
+    assert_eq!(db.topology().servers[1].role(), Role::Slave);
+    db.stats().add(Counter::ConnectionsTotal, 2);
+    db.stats().add(Counter::CommandsTotal, 2);
+    let mut json = String::new();
+    db.write_stats(&mut json, &StatsFormat::Json, false);
+    assert_eq!(json, C_JSON_FIVE_SERVERS);
+    db.stats().inc(Counter::ConnectionsTotal);
+    db.stats().inc(Counter::ConnectionsFailed);
+    let mut prom = String::new();
+    let options = PrometheusOptions::default();
+    db.write_stats(&mut prom, &StatsFormat::Prometheus(&options), false);
+    assert!(prom.starts_with(C_PROM_FIVE_SERVERS_HEAD), "{prom}");
+    assert!(!prom.contains("server="), "{prom}");
+    // [ext] only on request: one entry per server.
+    let mut ext = String::new();
+    db.write_stats(&mut ext, &StatsFormat::Json, true);
+    assert_eq!(ext.matches("\"location\": ").count(), 5, "{ext}");
+}
+
+#[test]
+fn a_pool_wait_ends_within_the_bound_of_the_whole_execute() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = 1;
+        args.connection_timeout = 100;
+        args.command_timeout = 100;
+    });
+    let holding = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // No timeout for this one: it holds the only connection.
+            let mut sleep = Command::new(b"DEBUG");
+            sleep.push(b"SLEEP");
+            sleep.push(b"0.8");
+            sleep.timeout = Some(Duration::ZERO);
+            holding.wait();
+            db.execute(
+                &mut sleep,
+                true,
+                &mut TaskConnection::default(),
+                &mut |_| {},
+            )
+            .unwrap();
+        });
+        holding.wait();
+        // Let it take the connection first.
+        std::thread::sleep(Duration::from_millis(150));
+        // (connection_timeout + command_timeout) x (1 + 0 retries).
+        let started = Instant::now();
+        let err = run(&db, &["PING"]).unwrap_err();
+        let waited = started.elapsed();
+        assert!(matches!(err, Error::PoolTimeout { .. }), "{err}");
+        assert!(
+            waited >= Duration::from_millis(190) && waited < Duration::from_millis(400),
+            "{waited:?}"
+        );
+    });
+    assert_eq!(db.stats().get(Counter::WorkersBlocked), 1);
+}
+
+#[test]
+fn private_connections_are_one_budget_per_thread_across_databases() {
+    // The example of the C VMOD's documentation (issue 9): two
+    // databases on two servers, max_connections=1 each, one thread.
+    let (one, two) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let private = Arc::new(PrivateConnections::default());
+    let make = |redis: &RedisProcess| {
+        let location = redis.location();
+        let args = DbArgs {
+            location: &location,
+            role: "master",
+            shared_connections: false,
+            max_connections: 1,
+            ..DbArgs::default()
+        };
+        let config = DbConfig::from_args(&args).unwrap();
+        Database::with_stats("db", config, Stats::default(), Subnets::default(), &private).unwrap()
+    };
+    let (db1, db2) = (make(&one), make(&two));
+    run(&db1, &["SET", "k", "1"]).unwrap();
+    run(&db1, &["GET", "k"]).unwrap();
+    run(&db2, &["GET", "k"]).unwrap();
+    run(&db2, &["SET", "k", "2"]).unwrap();
+    run(&db2, &["GET", "k"]).unwrap();
+    run(&db1, &["GET", "k"]).unwrap();
+    let counts = |db: &Database| {
+        (
+            db.stats().get(Counter::ConnectionsTotal),
+            db.stats().get(Counter::DroppedOverflow),
+        )
+    };
+    assert_eq!(counts(&db1), (2, 1));
+    assert_eq!(counts(&db2), (1, 1));
+    // Another thread has a budget of its own.
+    std::thread::scope(|scope| {
+        scope.spawn(|| run(&db2, &["GET", "k"]).unwrap());
+    });
+    assert_eq!(counts(&db2), (2, 1));
+    // Cold: each database closes its own idle connections only.
+    assert_eq!(db1.close_idle(), 1);
+    assert_eq!(db2.close_idle(), 1);
+}
+
+#[test]
+fn auth_with_acl_user_and_wrong_password() {
+    let redis = RedisProcess::start(&["--user", "alice", "on", ">secret", "~*", "+@all"]);
+    let good = database(&redis, |args| {
+        args.user = "alice";
+        args.password = Secret("secret");
+    });
+    assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+    let bad = database(&redis, |args| {
+        args.user = "alice";
+        args.password = Secret("wrong");
+        args.shared_connections = false;
+    });
+    let err = run(&bad, &["PING"]).unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(bad.stats().get(Counter::ConnectionsFailed) >= 1);
+}
+
+#[test]
+fn an_idle_connection_the_server_closed_is_replaced_before_use() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| args.shared_connections = shared);
+        run(&db, &["PING"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        std::thread::sleep(IDLE_CHECK_WAIT);
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        let stats = db.stats();
+        assert_eq!(stats.get(Counter::CommandsFailed), 0, "shared={shared}");
+        assert_eq!(stats.get(Counter::DroppedHungUp), 1, "shared={shared}");
+        assert_eq!(stats.get(Counter::ConnectionsTotal), 2, "shared={shared}");
+        // The server is not blamed for it.
+        assert!(!db.topology().servers[0].health.is_sick(Instant::now()));
+    }
+}
+
+#[test]
+fn without_hello_the_password_goes_in_auth_and_never_in_errors() {
+    let redis = RedisProcess::start(&[
+        "--requirepass",
+        "Sup3rS3cret",
+        "--rename-command",
+        "HELLO",
+        "",
+    ]);
+    for protocol in ["RESP2", "RESP3"] {
+        let good = database(&redis, |args| {
+            args.password = Secret("Sup3rS3cret");
+            args.protocol = protocol;
+        });
+        assert_eq!(run(&good, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        // RESP2 replies whatever was asked: the server has no HELLO.
+        assert_eq!(
+            run(&good, &["HGETALL", "none"]).unwrap(),
+            Reply::Array(vec![])
+        );
+        let bad = database(&redis, |args| {
+            args.password = Secret("Wr0ngS3cret");
+            args.protocol = protocol;
+        });
+        let err = run(&bad, &["PING"]).unwrap_err().to_string();
+        assert!(err.contains("authentication failed (WRONGPASS"), "{err}");
+        assert!(!err.contains("S3cret"), "{err}");
+    }
+}
+
+#[test]
+fn a_failed_connect_makes_the_next_commands_fail_fast_until_the_spacing_ends() {
+    let redis = RedisProcess::start(&["--requirepass", "right"]);
+    let db = database(&redis, |args| args.password = Secret("wrong"));
+    assert!(matches!(run(&db, &["PING"]), Err(Error::Connect { .. })));
+    // 100 ms of commands: attempts at 0, 25 and 75 ms at most.
+    let started = Instant::now();
+    let mut spaced = 0;
+    while started.elapsed() < Duration::from_millis(100) {
+        if matches!(run(&db, &["PING"]), Err(Error::Backoff { .. })) {
+            spaced += 1;
+        }
+    }
+    assert!(spaced > 0);
+    assert!((1..=3).contains(&db.stats().get(Counter::ConnectionsFailed)));
+    redis.cli(&["-a", "right", "CONFIG", "SET", "requirepass", "wrong"]);
+    std::thread::sleep(crate::server::MAX_BACKOFF);
+    assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+}
+
+#[test]
+fn resp3_replies_keep_their_types() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| args.protocol = "RESP3");
+    run(&db, &["HSET", "h", "f", "v"]).unwrap();
+    assert_eq!(
+        run(&db, &["HGETALL", "h"]).unwrap(),
+        Reply::Array(vec![
+            Reply::String(b"f".to_vec()),
+            Reply::String(b"v".to_vec())
+        ])
+    );
+    let double = run(&db, &["EVAL", "redis.setresp(3); return {double=1.5}", "0"]).unwrap();
+    assert_eq!(double, Reply::Double(1.5));
+}
+
+fn queued() -> Reply {
+    Reply::Status("QUEUED".into())
+}
+
+#[test]
+fn a_transaction_keeps_its_connection_until_exec_in_both_modes() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.max_connections = 2;
+        });
+        let mut task = TaskConnection::default();
+        run_in(&db, &mut task, &["MULTI"]).unwrap();
+        assert_eq!(
+            run_in(&db, &mut task, &["SET", "t", "1"]).unwrap(),
+            queued()
+        );
+        // Another task meanwhile: its own connection, not queued.
+        assert_eq!(
+            run(&db, &["GET", "t"]).unwrap(),
+            Reply::Nil,
+            "shared={shared}"
+        );
+        assert_eq!(run_in(&db, &mut task, &["INCR", "t"]).unwrap(), queued());
+        assert_eq!(
+            run_in(&db, &mut task, &["EXEC"]).unwrap(),
+            Reply::Array(vec![Reply::Status("OK".into()), Reply::Integer(2)])
+        );
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        // Released: the next command reuses it and runs at once.
+        assert_eq!(
+            run_in(&db, &mut task, &["GET", "t"]).unwrap(),
+            Reply::String(b"2".to_vec())
+        );
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+        assert_eq!(db.stats().get(Counter::DroppedState), 0);
+        redis.cli(&["DEL", "t"]);
+    }
+}
+
+#[test]
+fn a_task_ending_in_a_transaction_closes_its_connection() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.max_connections = 1;
+        });
+        for open in [&["MULTI"][..], &["WATCH", "w"]] {
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, open).unwrap();
+            drop(task);
+            assert_eq!(
+                run(&db, &["SET", "w", "1"]).unwrap(),
+                Reply::Status("OK".into())
+            );
+            // A WATCH left on the connection would abort this.
+            let mut task = TaskConnection::default();
+            run_in(&db, &mut task, &["MULTI"]).unwrap();
+            run_in(&db, &mut task, &["SET", "w", "2"]).unwrap();
+            assert_eq!(
+                run_in(&db, &mut task, &["EXEC"]).unwrap(),
+                Reply::Array(vec![Reply::Status("OK".into())]),
+                "shared={shared} {open:?}"
+            );
+        }
+        assert_eq!(db.stats().get(Counter::DroppedState), 2, "shared={shared}");
+        assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
+    }
+}
+
+#[test]
+fn eval_inside_multi_goes_out_as_eval() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |_| {});
+    let mut task = TaskConnection::default();
+    run_in(&db, &mut task, &["MULTI"]).unwrap();
+    run_in(&db, &mut task, &["EVAL", "return ARGV[1]", "0", "ran"]).unwrap();
+    assert_eq!(
+        run_in(&db, &mut task, &["EXEC"]).unwrap(),
+        Reply::Array(vec![Reply::String(b"ran".to_vec())])
+    );
+    assert_eq!(db.stats().get(Counter::CommandsNoscript), 0);
+}
+
+#[test]
+fn a_changed_connection_serves_its_task_then_is_closed() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.max_connections = 1;
+        });
+        let mut task = TaskConnection::default();
+        run_in(&db, &mut task, &["SELECT", "5"]).unwrap();
+        run_in(&db, &mut task, &["SET", "s", "db5"]).unwrap();
+        run_in(&db, &mut task, &["CLIENT", "SETNAME", "x"]).unwrap();
+        assert_eq!(
+            run_in(&db, &mut task, &["CLIENT", "GETNAME"]).unwrap(),
+            Reply::String(b"x".to_vec())
+        );
+        drop(task);
+        assert_eq!(
+            redis.cli(&["-n", "5", "GET", "s"]),
+            "db5",
+            "shared={shared}"
+        );
+        assert_eq!(run(&db, &["GET", "s"]).unwrap(), Reply::Nil);
+        assert_eq!(run(&db, &["CLIENT", "GETNAME"]).unwrap(), Reply::Nil);
+        // QUIT: closed at once, not counted as a failure.
+        run(&db, &["QUIT"]).unwrap();
+        assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+        let stats = db.stats();
+        assert_eq!(stats.get(Counter::DroppedState), 2);
+        assert_eq!(stats.get(Counter::ConnectionsTotal), 3);
+        assert_eq!(stats.get(Counter::CommandsFailed), 0);
+        assert_eq!(stats.get(Counter::DroppedHungUp), 0);
+        redis.cli(&["-n", "5", "DEL", "s"]);
+    }
+}
+
+#[test]
+fn refused_commands_are_not_sent() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |_| {});
+    for args in [
+        &["subscribe", "ch"][..],
+        &["MONITOR"],
+        &["CLIENT", "REPLY", "OFF"],
+    ] {
+        let err = run(&db, args).unwrap_err();
+        assert!(matches!(&err, Error::Refused { .. }), "{err}");
+    }
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 0);
+    assert_eq!(db.stats().get(Counter::CommandsFailed), 3);
+}
+
+#[test]
+fn a_failed_pinned_connection_loses_the_transaction() {
+    let redis = RedisProcess::start(&[]);
+    for shared in [false, true] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.max_command_retries = 3;
+        });
+        let mut task = TaskConnection::default();
+        run_in(&db, &mut task, &["MULTI"]).unwrap();
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        // Not retried elsewhere, where it would run at once.
+        assert!(matches!(
+            run_in(&db, &mut task, &["SET", "lost", "1"]),
+            Err(Error::Io { .. })
+        ));
+        assert!(matches!(
+            run_in(&db, &mut task, &["SET", "lost", "2"]),
+            Err(Error::Lost(session::Lost::Transaction))
+        ));
+        assert!(matches!(
+            run_in(&db, &mut task, &["EXEC"]),
+            Err(Error::Lost(session::Lost::Transaction))
+        ));
+        assert_eq!(redis.cli(&["EXISTS", "lost"]), "0");
+        assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+        assert_eq!(
+            run_in(&db, &mut task, &["PING"]).unwrap(),
+            Reply::Status("PONG".into())
+        );
+    }
+}
+
+#[test]
+fn down_server_fails_fast_in_both_modes() {
+    let dir = std::env::temp_dir().join(format!("vmod-redis-unit-down-{}", std::process::id()));
+    let location = dir.join("nobody.sock").display().to_string();
+    for shared in [false, true] {
+        let args = DbArgs {
+            location: &location,
+            role: "master",
+            shared_connections: shared,
+            ..DbArgs::default()
+        };
+        let db = Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap();
+        // The first failure marks the server sick; then no waiting.
+        let _ = run(&db, &["PING"]);
+        let started = Instant::now();
+        assert!(run(&db, &["PING"]).is_err());
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "shared={shared}"
+        );
+        assert!(db.stats().get(Counter::CommandsFailed) == 2);
+    }
+}
