@@ -290,10 +290,11 @@ pub fn vmod_so_copy() -> Res<PathBuf> {
         .clone()
 }
 
-/// Where the file id (vmodtool's 64 lowercase hex digits, a C string of its
-/// own) is in the .so; `None` unless there is exactly one such string.
+/// Length of vmodtool's file id: 64 lowercase hex digits.
 const FILE_ID_LEN: usize = 64;
 
+/// Where the file id (a C string of its own) is in the .so; `None` unless
+/// there is exactly one such string.
 fn file_id_offset(bytes: &[u8]) -> Option<usize> {
     const LEN: usize = FILE_ID_LEN;
     let is_id = |at: usize| {
