@@ -145,6 +145,10 @@ impl SharedLease {
             .as_mut()
             .expect("a lease holds an open connection")
     }
+
+    pub fn is_broken(&self) -> bool {
+        self.conn.as_ref().map_or(true, Connection::is_broken)
+    }
 }
 
 impl Drop for SharedLease {

@@ -1,6 +1,9 @@
 //! Unit tests of the database object against real redis-server processes.
 use super::*;
+use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbArgs, Secret};
+use crate::reply::Reply;
+use crate::session;
 use crate::testing::RedisProcess;
 
 /// Longer than a connection must be idle to be checked before use.
@@ -221,6 +224,31 @@ fn command_timeout_fails_the_command_and_drops_the_connection() {
     assert_eq!(db.stats().get(Counter::DroppedError), 1);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
+}
+
+#[test]
+fn a_server_that_times_out_is_avoided_while_another_can_serve() {
+    let (first, second) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let db = database(&first, |args| {
+        args.command_timeout = 100;
+        args.max_command_retries = 0;
+    });
+    db.add_server(&second.location().parse().unwrap(), Role::Master)
+        .unwrap();
+    let socket_of = |db: &Database| match run(db, &["CONFIG", "GET", "unixsocket"]).unwrap() {
+        Reply::Array(items) => items[1].clone(),
+        other => panic!("{other:?}"),
+    };
+    // This thread's rotation picks the same server while both are healthy.
+    let usual = socket_of(&db);
+    assert_eq!(socket_of(&db), usual);
+    let err = run(&db, &["DEBUG", "SLEEP", "0.3"]).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert_ne!(
+        socket_of(&db),
+        usual,
+        "the server that timed out is avoided"
+    );
 }
 
 #[test]

@@ -1,0 +1,400 @@
+//! Parsing and validation of the arguments of `redis.db()` and
+//! `redis.subnets()`.
+//!
+//! Everything here runs in `vcl_init`, where a bad value must fail
+//! `vcl.load` with a message that names the argument and the value, instead
+//! of leaving a half-configured object behind. The libvmod-redis this crate
+//! replaces accepts almost anything silently (a port of 0, a malformed
+//! subnet list); we reject such input up front.
+
+mod location;
+mod subnets;
+
+pub(crate) use location::redact_credentials;
+pub use location::{Location, LocationError};
+pub use subnets::Subnets;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Why a configuration value was refused. Messages are meant for the
+/// operator reading `vcl.load` output: they name the argument and the value
+/// (never the password).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A location string could not be parsed.
+    #[error("invalid location \"{value}\": {reason}")]
+    InvalidLocation {
+        /// The text as given, user info redacted ([`redact_credentials`]).
+        value: String,
+        /// What is wrong with it.
+        reason: LocationError,
+    },
+    /// An ENUM argument had a value that vmod.vcc does not declare.
+    #[error("invalid {arg} \"{value}\" (expected one of: {expected})")]
+    InvalidEnum {
+        /// Argument name, e.g. `type`.
+        arg: &'static str,
+        /// The text as given.
+        value: String,
+        /// The accepted values, comma separated.
+        expected: &'static str,
+    },
+    /// A count, timeout or TTL was below zero.
+    #[error("{arg} must not be negative (got {value})")]
+    Negative {
+        /// Argument name.
+        arg: &'static str,
+        /// The value as given.
+        value: i64,
+    },
+    /// A count does not fit the type the VMOD keeps it in.
+    #[error("{arg} is too large (got {value}, at most {max})")]
+    TooLarge {
+        /// Argument name.
+        arg: &'static str,
+        /// The value as given.
+        value: i64,
+        /// The largest accepted value.
+        max: u64,
+    },
+    /// `max_connections` below 1 would leave no way to run a command.
+    #[error("max_connections must be at least 1 (got {value})")]
+    MaxConnections {
+        /// The value as given.
+        value: i64,
+    },
+    /// Unusable TLS material (the message names the argument and file).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// TLS asked for a UNIX socket location.
+    #[error("tls=true needs a host:port location, not the UNIX socket \"{location}\"")]
+    TlsOverUnix { location: String },
+    /// A feature that this VMOD declares but does not implement yet.
+    #[error("{what} is not supported yet")]
+    NotSupported {
+        /// The feature as the operator wrote it, e.g. `type=cluster`.
+        what: &'static str,
+    },
+    /// One entry of a `redis.subnets()` list is malformed.
+    #[error("invalid subnets entry \"{entry}\": {reason} (expected \"<weight> <ipv4>/<prefix>\", e.g. \"0 192.168.1.0/24\")")]
+    InvalidSubnet {
+        /// The entry as given (trimmed).
+        entry: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+/// `as_str`, `Display` and `FromStr` for a Rust enum mirroring a VCL ENUM.
+/// Parsing takes the exact ENUM strings only: varnishd never passes
+/// anything else, so any other text means a bug in the glue, which we want
+/// to see.
+macro_rules! vcl_enum {
+    ($name:ident, $arg:literal, $expected:literal, { $($variant:ident => $text:literal,)* }) => {
+        impl $name {
+            /// The VCL ENUM spelling, also used in stats and logs.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ConfigError;
+
+            fn from_str(text: &str) -> Result<$name, ConfigError> {
+                match text {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err(ConfigError::InvalidEnum {
+                        arg: $arg,
+                        value: text.to_owned(),
+                        expected: $expected,
+                    }),
+                }
+            }
+        }
+    };
+}
+
+/// Role of a server, from the VCL ENUM `{master, slave, auto, cluster}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Accepts writes.
+    Master,
+    /// A replica: only serves `execute(master=false)`.
+    Slave,
+    /// Not known yet: the VMOD asks the server (`ROLE`).
+    Auto,
+    /// A Redis Cluster node.
+    Cluster,
+}
+
+vcl_enum!(Role, "type", "master, slave, auto, cluster", {
+    Master => "master",
+    Slave => "slave",
+    Auto => "auto",
+    Cluster => "cluster",
+});
+
+/// RESP version to ask for on connect, from the VCL ENUM
+/// `{RESP2, RESP3, default}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Send `HELLO 2`.
+    Resp2,
+    /// Send `HELLO 3`.
+    Resp3,
+    /// Send no `HELLO`: keep what the server speaks by default.
+    Default,
+}
+
+vcl_enum!(Protocol, "protocol", "RESP2, RESP3, default", {
+    Resp2 => "RESP2",
+    Resp3 => "RESP3",
+    Default => "default",
+});
+
+/// The VCL arguments of `redis.db()` as varnishd passes them (NULL strings
+/// already mapped to ""). Kept as raw VCL values (timeouts in ms, TTLs in s,
+/// ENUMs as their strings) so the FFI layer stays a plain copy and every
+/// check lives in [`DbConfig::from_args`].
+#[derive(Clone, Copy, Debug)]
+pub struct DbArgs<'a> {
+    pub location: &'a str,
+    pub role: &'a str,
+    pub connection_timeout: i64,
+    pub connection_ttl: i64,
+    pub command_timeout: i64,
+    pub max_command_retries: i64,
+    pub shared_connections: bool,
+    pub max_connections: i64,
+    pub protocol: &'a str,
+    pub tls: bool,
+    pub tls_cafile: &'a str,
+    pub tls_capath: &'a str,
+    pub tls_certfile: &'a str,
+    pub tls_keyfile: &'a str,
+    pub tls_sni: &'a str,
+    pub user: &'a str,
+    pub password: Secret<&'a str>,
+    pub sickness_ttl: i64,
+    pub ignore_slaves: bool,
+    pub max_cluster_hops: i64,
+    pub debug: bool,
+}
+
+impl Default for DbArgs<'_> {
+    /// The defaults that vmod.vcc declares, so tests and callers only spell
+    /// out what differs.
+    fn default() -> Self {
+        DbArgs {
+            location: "",
+            role: "auto",
+            connection_timeout: 1000,
+            connection_ttl: 0,
+            command_timeout: 0,
+            max_command_retries: 0,
+            shared_connections: true,
+            max_connections: 128,
+            protocol: "default",
+            tls: false,
+            tls_cafile: "",
+            tls_capath: "",
+            tls_certfile: "",
+            tls_keyfile: "",
+            tls_sni: "",
+            user: "",
+            password: Secret(""),
+            sickness_ttl: 60,
+            ignore_slaves: false,
+            max_cluster_hops: 32,
+            debug: false,
+        }
+    }
+}
+
+/// A password. Debug shows `<redacted>` instead (or `""` when there is
+/// none), so a configuration dumped to a log never leaks it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Secret<T>(pub T);
+
+impl<T: AsRef<str>> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.as_ref().is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("<redacted>")
+        }
+    }
+}
+
+impl<T: AsRef<str>> std::ops::Deref for Secret<T> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_ref()
+    }
+}
+
+/// The validated configuration of one database object.
+#[derive(Clone, Debug)]
+pub struct DbConfig {
+    /// The first server; `None` when `location` is empty (servers come
+    /// from `.add_server()`).
+    pub location: Option<Location>,
+    pub role: Role,
+    /// `None`: no timeout (VCL 0).
+    pub connection_timeout: Option<Duration>,
+    /// `None`: connections live forever (VCL 0).
+    pub connection_ttl: Option<Duration>,
+    /// `None`: no timeout (VCL 0).
+    pub command_timeout: Option<Duration>,
+    pub max_command_retries: u32,
+    pub shared_connections: bool,
+    /// At least 1.
+    pub max_connections: u32,
+    pub protocol: Protocol,
+    /// `tls=true`: the checked TLS settings.
+    pub tls: Option<crate::tls::Tls>,
+    /// ACL user; `Some` only with a password.
+    pub user: Option<String>,
+    pub password: Option<Secret<String>>,
+    /// Zero: a failing server is never marked sick.
+    pub sickness_ttl: Duration,
+    pub ignore_slaves: bool,
+    /// 0: unlimited.
+    pub max_cluster_hops: u32,
+    pub debug: bool,
+}
+
+/// A non-negative count that fits in u32.
+fn count(arg: &'static str, value: i64) -> Result<u32, ConfigError> {
+    if value < 0 {
+        return Err(ConfigError::Negative { arg, value });
+    }
+    u32::try_from(value).map_err(|_| ConfigError::TooLarge {
+        arg,
+        value,
+        max: u64::from(u32::MAX),
+    })
+}
+
+/// A non-negative amount of time; `unit` turns the VCL integer into a
+/// Duration.
+fn duration(
+    arg: &'static str,
+    value: i64,
+    unit: fn(u64) -> Duration,
+) -> Result<Duration, ConfigError> {
+    u64::try_from(value)
+        .map(unit)
+        .map_err(|_| ConfigError::Negative { arg, value })
+}
+
+/// Like [`duration`], with 0 meaning "none", as every VCL timeout and TTL.
+fn optional(
+    arg: &'static str,
+    value: i64,
+    unit: fn(u64) -> Duration,
+) -> Result<Option<Duration>, ConfigError> {
+    duration(arg, value, unit).map(|d| (!d.is_zero()).then_some(d))
+}
+
+impl DbConfig {
+    /// Validates the constructor arguments, checking them in the order
+    /// vmod.vcc declares them so the first error reported is the first bad
+    /// argument in the VCL.
+    pub fn from_args(args: &DbArgs) -> Result<DbConfig, ConfigError> {
+        // As in the C VMOD, servers may all come from `.add_server()`.
+        let location: Option<Location> = if args.location.trim().is_empty() {
+            None
+        } else {
+            Some(args.location.parse()?)
+        };
+        let role: Role = args.role.parse()?;
+        if role == Role::Cluster {
+            return Err(ConfigError::NotSupported {
+                what: "type=cluster",
+            });
+        }
+        let connection_timeout = optional(
+            "connection_timeout",
+            args.connection_timeout,
+            Duration::from_millis,
+        )?;
+        let connection_ttl = optional("connection_ttl", args.connection_ttl, Duration::from_secs)?;
+        let command_timeout = optional(
+            "command_timeout",
+            args.command_timeout,
+            Duration::from_millis,
+        )?;
+        let max_command_retries = count("max_command_retries", args.max_command_retries)?;
+        if args.max_connections < 1 {
+            return Err(ConfigError::MaxConnections {
+                value: args.max_connections,
+            });
+        }
+        let max_connections = count("max_connections", args.max_connections)?;
+        let protocol: Protocol = args.protocol.parse()?;
+        // tls_* arguments without tls=true are ignored, as the C VMOD does.
+        let tls = if args.tls {
+            if let Some(Location::Unix(path)) = &location {
+                return Err(ConfigError::TlsOverUnix {
+                    location: path.display().to_string(),
+                });
+            }
+            Some(crate::tls::Tls::load(&crate::tls::TlsArgs {
+                cafile: args.tls_cafile,
+                capath: args.tls_capath,
+                certfile: args.tls_certfile,
+                keyfile: args.tls_keyfile,
+                sni: args.tls_sni,
+            })?)
+        } else {
+            None
+        };
+        // As the C VMOD: no password, no AUTH, and so no user either
+        // (commands then get the server's NOAUTH error reply if it wants one).
+        let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
+        let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
+        let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
+        let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
+        Ok(DbConfig {
+            location,
+            role,
+            connection_timeout,
+            connection_ttl,
+            command_timeout,
+            max_command_retries,
+            shared_connections: args.shared_connections,
+            max_connections,
+            protocol,
+            tls,
+            user,
+            password,
+            sickness_ttl,
+            ignore_slaves: args.ignore_slaves,
+            max_cluster_hops,
+            debug: args.debug,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Property tests of what `vcl_init` hands us from the VCL: locations,
+/// subnet lists and the whole `redis.db()` argument set.
+///
+/// Runtime: about 3 s of CPU in a debug build (`cargo test --lib
+/// config::proptests`). Found no bug.
+#[cfg(test)]
+mod proptests;

@@ -1,0 +1,425 @@
+//! One command along the execution plan: attempts, retries, roles
+//! learnt on the way, and where the connection goes afterwards.
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lease::{Lease, Pinned, TaskConnection};
+use super::{Database, Note, ROLE};
+use crate::command::{Command, MAX_COMMAND_BYTES};
+use crate::config::Role;
+use crate::connection::Failure;
+use crate::error::{Error, Result};
+use crate::reply::Reply;
+use crate::routing::{self, Candidate};
+use crate::server::{role_from_reply, Server};
+use crate::session::{self, Effect};
+use crate::stats::Counter;
+
+/// What one attempt on one server gave. (Large, but moved once per
+/// attempt: boxing it would cost an allocation per command.)
+#[allow(clippy::large_enum_variant)]
+enum Outcome<'a> {
+    /// The reply, and the lease of the connection it came on.
+    Reply(Reply, Lease<'a>),
+    /// `ROLE` just said the server is a replica, and a master is needed:
+    /// not a failure, the next candidate is tried.
+    NotAMaster,
+}
+
+/// A rotation per worker thread, so that equal replicas share the load
+/// while each thread keeps to one (and to its private connection). A
+/// `Cell<usize>` needs no destructor, so this `thread_local!` does not pin
+/// the module in memory after `vcl.discard`.
+fn rotation() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static ROTATION: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    ROTATION.with(|rotation| {
+        if rotation.get() == usize::MAX {
+            rotation.set(NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX - 1));
+        }
+        rotation.get()
+    })
+}
+
+/// `timeout` shortened so that it ends by `deadline`, if there is one.
+pub(super) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        None => timeout,
+        Some(deadline) => {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            Some(timeout.map_or(left, |timeout| timeout.min(left)))
+        }
+    }
+}
+
+/// An error reply saying the server's role is not what routing thought:
+/// a write to a demoted master, or a replica cut from its master.
+fn says_role_changed(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(text) if text.starts_with("READONLY") || text.starts_with("MASTERDOWN"))
+}
+
+impl Database {
+    /// When one `execute()` must be over: `(connection_timeout +
+    /// command_timeout) x (1 + retries)` from now when both timeouts are
+    /// set, else no bound (a worker waits for a pooled connection as long
+    /// as it takes, as in the C VMOD).
+    fn deadline(&self, timeout: Option<Duration>, retries: u32) -> Option<Instant> {
+        let per_attempt = self.config.connection_timeout? + timeout?;
+        Some(Instant::now() + per_attempt.saturating_mul(retries.saturating_add(1)))
+    }
+
+    /// Runs `command` for the task that holds `task` and returns its reply
+    /// (error replies included), trying the servers of the execution plan
+    /// in order: a failed attempt (connection, I/O, timeout) is retried on
+    /// the next one, up to the retry count, except on a connection the
+    /// task's transaction pinned. `debug` receives routing and connection
+    /// decisions when the object has `debug=true`.
+    pub fn execute(
+        &self,
+        command: &mut Command,
+        master: bool,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Reply> {
+        let timeout = command
+            .timeout
+            .or(self.config.command_timeout)
+            .filter(|timeout| !timeout.is_zero());
+        let retries = command.retries.unwrap_or(self.config.max_command_retries);
+        if let Err(size) = command.check_size() {
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(Error::CommandTooLarge {
+                size,
+                limit: MAX_COMMAND_BYTES,
+            });
+        }
+        let effect = session::effect(command);
+        let refused = match effect {
+            Effect::Refused(reason) => Err(Error::Refused { reason }),
+            _ => task.session.admit(effect).map_err(Error::Lost),
+        };
+        if let Err(err) = refused {
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(err);
+        }
+        let deadline = self.deadline(timeout, retries);
+        if let Some(pinned) = task.pinned.take() {
+            return self.execute_pinned(command, effect, pinned, timeout, deadline, task, debug);
+        }
+        let master_only = master || self.config.ignore_slaves;
+        let topology = self.topology();
+        // For debug lines only (no allocation otherwise).
+        let name = if self.config.debug {
+            command.logged_name()
+        } else {
+            String::new()
+        };
+        let plan_now = |debug: &mut dyn FnMut(Note)| {
+            let now = Instant::now();
+            let candidates: Vec<Candidate> = topology
+                .servers
+                .iter()
+                .map(|server| Candidate {
+                    weight: server.weight,
+                    role: server.role(),
+                    sick: server.health.is_sick(now),
+                })
+                .collect();
+            let plan = routing::plan(&candidates, master_only, rotation());
+            if self.config.debug {
+                let locations: Vec<&str> = topology.servers.iter().map(|s| s.location()).collect();
+                let text = routing::describe(&name, master_only, &locations, &candidates, &plan);
+                debug(Note::Debug(&text));
+            }
+            plan
+        };
+        let mut plan = plan_now(debug);
+        let mut replanned = false;
+        let no_server = || Error::NoServer {
+            role: if master_only {
+                "master"
+            } else {
+                "master or replica"
+            },
+        };
+        let mut failed: u32 = 0;
+        // Candidates found to be replicas when a master is needed: passed
+        // over from then on, without using up a retry.
+        let mut not_masters: Vec<usize> = Vec::new();
+        let mut position = 0;
+        loop {
+            if not_masters.len() == plan.len() {
+                // Every candidate turned out to be a replica: roles were
+                // stale (a failover), and the new master may have been
+                // left out of this plan as a replica. Once more, on the
+                // roles just learnt.
+                if replanned || not_masters.is_empty() {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(no_server());
+                }
+                replanned = true;
+                not_masters.clear();
+                plan = plan_now(debug);
+                position = 0;
+                continue;
+            }
+            // Past the end of the plan (more retries than servers), round
+            // again from its start.
+            let index = plan[position % plan.len()];
+            position += 1;
+            if not_masters.contains(&index) {
+                continue;
+            }
+            let server = &topology.servers[index];
+            if self.config.debug {
+                debug(Note::Debug(&format!(
+                    "sending {} to {}",
+                    command.logged_name(),
+                    server.location()
+                )));
+            }
+            let outcome = self.attempt(command, server, master_only, timeout, deadline, debug);
+            match outcome {
+                Ok(Outcome::Reply(reply, lease)) => {
+                    if says_role_changed(&reply) {
+                        self.roles_changed(server, debug);
+                    }
+                    return Ok(self.settle(reply, effect, lease, server, task));
+                }
+                Ok(Outcome::NotAMaster) => {
+                    if self.config.debug {
+                        debug(Note::Debug(&format!(
+                            "skipping {}: ROLE says it is a replica, a master is needed",
+                            server.location()
+                        )));
+                    }
+                    not_masters.push(index);
+                }
+                Err(err) if failed < retries => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    if self.config.debug {
+                        let text = format!(
+                            "attempt {} failed ({err}); retrying on the next candidate",
+                            failed + 1
+                        );
+                        debug(Note::Debug(&text));
+                    }
+                    failed += 1;
+                    self.stats.inc(Counter::CommandsRetried);
+                }
+                Err(err) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// A reply said `server` is not what routing thought: a failover
+    /// happened. Every `type=auto` server is asked its role again before
+    /// its next command, so the promoted replica is found too.
+    fn roles_changed(&self, server: &Server, debug: &mut dyn FnMut(Note)) {
+        if self.config.debug {
+            debug(Note::Debug(&format!(
+                "{} changed role (a failover?): asking every role again",
+                server.location()
+            )));
+        }
+        for server in &self.topology().servers {
+            server.forget_role();
+        }
+    }
+
+    fn attempt(
+        &self,
+        command: &mut Command,
+        server: &Server,
+        master_only: bool,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Outcome<'_>> {
+        let mut lease = self.lease(server, deadline)?;
+        if server.wants_role(lease.role_asked()) {
+            lease.set_role_asked();
+            match self.request(&mut lease, server, ROLE, within(timeout, deadline))? {
+                // An ACL user without +role, or ROLE renamed away: it will
+                // never answer, so fall back for good. (Other errors, such
+                // as LOADING, leave the role to the next connection.)
+                Reply::Error(text)
+                    if text.starts_with("NOPERM") || text.starts_with("ERR unknown command") =>
+                {
+                    if server.role_refused() {
+                        debug(Note::Warning(&format!(
+                            "ROLE refused by {} ({text}): taken as a master",
+                            server.location()
+                        )));
+                    }
+                }
+                reply => {
+                    if let Some(role) = role_from_reply(&reply) {
+                        let before = server.role();
+                        if before != Role::Auto && before != role {
+                            // A failover: the other servers' roles are
+                            // stale too (the replica promoted, ...).
+                            self.roles_changed(server, debug);
+                        }
+                        server.set_role(role);
+                        if role == Role::Slave && master_only {
+                            return Ok(Outcome::NotAMaster);
+                        }
+                    }
+                }
+            }
+        }
+        let reply = self.send(&mut lease, server, command, timeout, deadline, false)?;
+        Ok(Outcome::Reply(reply, lease))
+    }
+
+    /// A command of a task that keeps a connection. No retry: another
+    /// connection would run it outside the task's transaction (or without
+    /// the state it set), so a failure closes the connection and loses
+    /// them.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_pinned(
+        &self,
+        command: &mut Command,
+        effect: Effect,
+        pinned: Pinned,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Reply> {
+        let server = pinned.server.clone();
+        if self.config.debug {
+            let text = format!(
+                "sending {} to {} on the connection this task keeps",
+                command.logged_name(),
+                server.location()
+            );
+            debug(Note::Debug(&text));
+        }
+        let mut lease = self.unpin(pinned);
+        let in_multi = task.session.in_multi();
+        match self.send(&mut lease, &server, command, timeout, deadline, in_multi) {
+            Ok(reply) => Ok(self.settle(reply, effect, lease, &server, task)),
+            Err(err) => {
+                // Failed requests leave the connection broken; make sure
+                // nothing left on it can reach another task.
+                lease.retire();
+                task.session.lose();
+                self.stats.inc(Counter::CommandsFailed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Counts a reply and decides where its connection goes: kept by the
+    /// task while what it left there matters, closed after `QUIT`, else
+    /// released.
+    fn settle(
+        &self,
+        reply: Reply,
+        effect: Effect,
+        mut lease: Lease<'_>,
+        server: &Arc<Server>,
+        task: &mut TaskConnection,
+    ) -> Reply {
+        // As in the C VMOD: `total` counts commands that got a reply,
+        // `failed` every attempt that got none.
+        self.stats.inc(Counter::CommandsTotal);
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.inc(Counter::CommandsError);
+        }
+        task.session.after_reply(effect, &reply);
+        if effect == Effect::Quit {
+            // Closed by the server: not a failure, nor a connection to reuse.
+            lease.retire();
+            self.stats.inc(Counter::DroppedState);
+        } else if task.session.keeps_connection() {
+            task.pinned = Some(lease.pin(server.clone(), &self.stats));
+        }
+        reply
+    }
+
+    /// Sends `command` on `lease`: an `EVAL` as `EVALSHA` first, unless
+    /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
+    /// Each request ends by `deadline`.
+    fn send(
+        &self,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        command: &mut Command,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+        in_multi: bool,
+    ) -> Result<Reply> {
+        let evalsha = if in_multi {
+            None
+        } else {
+            command.packed_as_evalsha()
+        };
+        match evalsha {
+            Some(evalsha) => {
+                match self.request(lease, server, &evalsha, within(timeout, deadline))? {
+                    Reply::Error(text) if text.starts_with("NOSCRIPT") => {
+                        self.stats.inc(Counter::CommandsNoscript);
+                        self.request(lease, server, command.packed(), within(timeout, deadline))
+                    }
+                    reply => Ok(reply),
+                }
+            }
+            None => self.request(lease, server, command.packed(), within(timeout, deadline)),
+        }
+    }
+
+    /// One request on `lease`, turning transport failures into counted,
+    /// logged errors (and the server sick when it went away).
+    fn request(
+        &self,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<Reply> {
+        // Left out of step by the previous request of this attempt (ROLE,
+        // or EVALSHA before EVAL): counted then.
+        let was_broken = lease.is_broken();
+        let result = lease.request(packed, timeout);
+        if result.is_ok() && lease.is_broken() {
+            // A reply followed by bytes nobody asked for: the connection
+            // is out of step and dropped after this command.
+            self.stats.inc(Counter::DroppedError);
+        }
+        result.map_err(|failure| {
+            let server_name = server.location().to_string();
+            match failure {
+                Failure::Timeout => {
+                    // A server that does not answer in time is avoided
+                    // like one that went away, while others can serve.
+                    self.stats.inc(Counter::DroppedError);
+                    server.health.mark_failed();
+                    return Error::Timeout {
+                        server: server_name,
+                        timeout_ms: timeout.map_or(0, |t| t.as_millis()),
+                    };
+                }
+                _ if was_broken => {}
+                Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
+                Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
+            }
+            server.health.mark_failed();
+            Error::Io {
+                server: server_name,
+                source: failure,
+            }
+        })
+    }
+}

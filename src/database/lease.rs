@@ -1,0 +1,271 @@
+//! How a command gets a way to run on a server: a lease of a private or
+//! pooled connection, or the connection a task keeps between commands.
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::execute::within;
+use super::Database;
+use crate::connection::private::{Owner, PrivateConnections};
+use crate::connection::shared::SharedLease;
+use crate::connection::{Connection, Failure};
+use crate::error::{Error, Result};
+use crate::reply::Reply;
+use crate::server::Server;
+use crate::session::Session;
+use crate::stats::{Counter, Stats};
+
+/// A way to run requests on one server for one command: today a whole
+/// connection, which goes back to its thread's list or to its pool when
+/// dropped, unless it broke or was retired. Execution only talks to the
+/// server through these methods, never through the connection itself, so
+/// that a lease on a connection shared by many workers (pipelining) can be
+/// one more variant.
+pub(super) enum Lease<'a> {
+    Private(PrivateLease<'a>),
+    Shared(SharedLease),
+}
+
+pub(super) struct PrivateLease<'a> {
+    connections: &'a PrivateConnections,
+    owner: Owner,
+    stats: Weak<Stats>,
+    budget: u32,
+    conn: Option<Connection>,
+}
+
+impl Lease<'_> {
+    /// Sends one packed request and reads its reply.
+    pub(super) fn request(
+        &mut self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Reply, Failure> {
+        self.conn().request(packed, timeout)
+    }
+
+    /// Out of step with the server (a request failed, or stray bytes came
+    /// after a reply): closed when released.
+    pub(super) fn is_broken(&self) -> bool {
+        match self {
+            Lease::Private(lease) => lease.conn.as_ref().map_or(true, Connection::is_broken),
+            Lease::Shared(lease) => lease.is_broken(),
+        }
+    }
+
+    /// Closes the connection when released: what is on it must not reach
+    /// another command.
+    pub(super) fn retire(&mut self) {
+        self.conn().retire();
+    }
+
+    /// Whether `ROLE` was asked on this connection (once per connection).
+    pub(super) fn role_asked(&mut self) -> bool {
+        self.conn().role_asked()
+    }
+
+    pub(super) fn set_role_asked(&mut self) {
+        self.conn().set_role_asked();
+    }
+
+    fn conn(&mut self) -> &mut Connection {
+        match self {
+            Lease::Private(lease) => lease
+                .conn
+                .as_mut()
+                .expect("private lease holds a connection"),
+            Lease::Shared(lease) => lease.conn(),
+        }
+    }
+
+    /// Hands the connection to the task, beyond this command.
+    pub(super) fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Pinned {
+        let held = match self {
+            Lease::Private(mut lease) => {
+                Held::Private(lease.conn.take().expect("private lease holds a connection"))
+            }
+            Lease::Shared(lease) => Held::Shared(lease),
+        };
+        Pinned {
+            server,
+            held: Some(held),
+            stats: stats.clone(),
+        }
+    }
+}
+
+impl Drop for PrivateLease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+            self.connections.give_back(
+                self.owner,
+                std::mem::take(&mut self.stats),
+                conn,
+                self.budget,
+            );
+        }
+    }
+}
+
+/// What one task keeps of a database between its commands: what it left
+/// on its connection, and that connection while it matters. Lives in the
+/// task's slot of the database object and ends with it.
+#[derive(Default)]
+pub struct TaskConnection {
+    pub(super) session: Session,
+    pub(super) pinned: Option<Pinned>,
+}
+
+/// A connection kept by one task, from `MULTI` / `WATCH` to `EXEC`,
+/// `DISCARD` or `UNWATCH`, or from a command that changed its state
+/// (`SELECT`...) to the end of the task: the task's commands all go there,
+/// and no other task gets it meanwhile (in shared mode it keeps its pool
+/// slot). The server is held too: it stays valid whatever the topology
+/// becomes meanwhile.
+pub(super) struct Pinned {
+    pub(super) server: Arc<Server>,
+    held: Option<Held>,
+    stats: Arc<Stats>,
+}
+
+enum Held {
+    Private(Connection),
+    Shared(SharedLease),
+}
+
+impl Drop for Pinned {
+    /// The task ended with the connection pinned: it still holds queued
+    /// commands, watched keys or a changed state, so it is closed, never
+    /// handed to another task.
+    fn drop(&mut self) {
+        if let Some(mut held) = self.held.take() {
+            match &mut held {
+                Held::Private(conn) => conn.retire(),
+                Held::Shared(lease) => lease.conn().retire(),
+            }
+            self.stats.inc(Counter::DroppedState);
+        }
+    }
+}
+
+impl Database {
+    /// A connection to `server`: this thread's idle one or a new one in
+    /// private mode, the one in a pool slot or a new one in shared mode,
+    /// waiting for a pooled one until `deadline` at most.
+    pub(super) fn lease(&self, server: &Server, deadline: Option<Instant>) -> Result<Lease<'_>> {
+        let now = Instant::now();
+        if let Some(pool) = &server.pool {
+            return pool
+                .get(&self.stats, deadline, |idle| {
+                    let usable = idle.and_then(|conn| self.still_usable(server, conn, now));
+                    usable.map_or_else(|| self.connect(server, deadline), Ok)
+                })
+                .map(Lease::Shared);
+        }
+        let connections = self
+            .private
+            .as_deref()
+            .expect("a database without pools has private connections");
+        let owner = Owner {
+            db: self.id,
+            server: server.id,
+        };
+        let usable = std::iter::from_fn(|| connections.take(owner))
+            .find_map(|conn| self.still_usable(server, conn, now));
+        let conn = usable.map_or_else(|| self.connect(server, deadline), Ok)?;
+        Ok(Lease::Private(self.private_lease(
+            connections,
+            server,
+            conn,
+        )))
+    }
+
+    fn private_lease<'a>(
+        &'a self,
+        connections: &'a PrivateConnections,
+        server: &Server,
+        conn: Connection,
+    ) -> PrivateLease<'a> {
+        PrivateLease {
+            connections,
+            owner: Owner {
+                db: self.id,
+                server: server.id,
+            },
+            stats: Arc::downgrade(&self.stats),
+            budget: self.config.max_connections,
+            conn: Some(conn),
+        }
+    }
+
+    /// The lease of a pinned connection, to run a command on it and then
+    /// release or pin it again.
+    pub(super) fn unpin(&self, mut pinned: Pinned) -> Lease<'_> {
+        let held = pinned.held.take().expect("a pin holds its connection");
+        match (held, self.private.as_deref()) {
+            (Held::Shared(lease), _) => Lease::Shared(lease),
+            (Held::Private(conn), Some(connections)) => {
+                Lease::Private(self.private_lease(connections, &pinned.server, conn))
+            }
+            (Held::Private(_), None) => {
+                unreachable!("a private pin comes from a private database")
+            }
+        }
+    }
+
+    /// `conn` unless it is past `connection_ttl`, older than the server's
+    /// last failure, or closed by the server while idle (then dropped and
+    /// counted).
+    fn still_usable(
+        &self,
+        server: &Server,
+        mut conn: Connection,
+        now: Instant,
+    ) -> Option<Connection> {
+        if conn.expired(self.config.connection_ttl, now) {
+            self.stats.inc(Counter::DroppedTtl);
+            None
+        } else if server.health.outdates(conn.created()) {
+            self.stats.inc(Counter::DroppedSick);
+            None
+        } else if conn.closed_while_idle(now) {
+            // Redis `timeout`, a proxy, CLIENT KILL: found before a command
+            // is written to it and fails.
+            self.stats.inc(Counter::DroppedHungUp);
+            None
+        } else {
+            Some(conn)
+        }
+    }
+
+    /// A new connection to `server`; a failure makes the server sick and
+    /// spaces the next attempts, which fail at once until then.
+    pub(super) fn connect(&self, server: &Server, deadline: Option<Instant>) -> Result<Connection> {
+        if let Err(wait) = server.health.may_connect() {
+            return Err(Error::Backoff {
+                server: server.location().to_string(),
+                retry_in_ms: wait.as_millis().max(1),
+            });
+        }
+        // With connection_timeout=0 (none), a server that accepts and never
+        // answers the handshake would hold the worker for good: the
+        // command timeout bounds it then.
+        let timeout = self
+            .config
+            .connection_timeout
+            .or(self.config.command_timeout);
+        match server
+            .connector
+            .connect_within(&self.stats, within(timeout, deadline))
+        {
+            Ok(conn) => {
+                server.health.connect_succeeded();
+                Ok(conn)
+            }
+            Err(err) => {
+                server.health.mark_failed();
+                server.health.connect_failed();
+                Err(err)
+            }
+        }
+    }
+}

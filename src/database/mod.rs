@@ -1,0 +1,259 @@
+//! A database object: its servers (a [`Topology`] snapshot), its
+//! connections (private or shared), its counters, and the execution of one
+//! command along the execution plan ([`crate::routing`]) with retries.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
+use crate::connection::private::PrivateConnections;
+use crate::connection::shared::SharedPool;
+use crate::connection::Connector;
+use crate::error::{Error, Result};
+use crate::server::{role_from_reply, Health, Server};
+use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
+use crate::topology::{Servers, Topology};
+
+/// The `ROLE` request, packed.
+const ROLE: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
+
+/// What [`Database::execute`] tells its caller besides the result.
+pub enum Note<'a> {
+    /// A routing or connection decision, for `debug=true`.
+    Debug(&'a str),
+    /// Something the operator should know, reported once (not per command).
+    Warning(&'a str),
+}
+
+/// Bound of each step of the role check in `vcl_init` (connect, `ROLE`)
+/// when the object's timeout is 0 or longer: the CLI thread must not wait
+/// long, and a server that does not answer in time is asked again by the
+/// first command.
+const LOAD_STEP_CAP: Duration = Duration::from_millis(500);
+
+/// What `.stats()` renders.
+pub enum StatsFormat<'a> {
+    Json,
+    Prometheus(&'a PrometheusOptions<'a>),
+}
+
+/// Everything `new db = redis.db(...)` creates.
+pub struct Database {
+    name: String,
+    /// Unique in the process: keys this database's private connections in
+    /// the per-thread lists it shares with the other databases of its VCL.
+    id: u64,
+    config: DbConfig,
+    stats: Arc<Stats>,
+    subnets: Subnets,
+    servers: Servers,
+    /// Private mode: the VCL's per-thread connections (one budget for all
+    /// its private databases). Shared mode: `None`, each server has a pool.
+    private: Option<Arc<PrivateConnections>>,
+}
+
+mod execute;
+mod lease;
+
+pub use lease::TaskConnection;
+
+impl Database {
+    /// Builds the object with its counters in its own memory, no subnets
+    /// and private connections of its own.
+    pub fn new(name: &str, config: DbConfig) -> Result<Self> {
+        let private = Arc::new(PrivateConnections::default());
+        Self::with_stats(name, config, Stats::default(), Subnets::default(), &private)
+    }
+
+    /// Builds the object counting into `stats` (e.g. a varnishstat
+    /// segment), weighing servers with `subnets`; in private mode its
+    /// connections go into `private`, the lists of its VCL. With
+    /// `type=auto` the first server is asked its role now (a server that is
+    /// down is asked again on its first connection).
+    pub(crate) fn with_stats(
+        name: &str,
+        config: DbConfig,
+        stats: Stats,
+        subnets: Subnets,
+        private: &Arc<PrivateConnections>,
+    ) -> Result<Self> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let db = Database {
+            name: name.to_string(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            private: (!config.shared_connections).then(|| private.clone()),
+            config,
+            stats: Arc::new(stats),
+            subnets,
+            servers: Servers::default(),
+        };
+        if let Some(location) = db.config.location.clone() {
+            db.add_server(&location, db.config.role)?;
+        }
+        Ok(db)
+    }
+
+    /// Adds a server (`.add_server()`), or, as the C VMOD does, gives a
+    /// server already there the type now declared (`servers.total`
+    /// unchanged). A `type=auto` server is asked its role now.
+    pub fn add_server(&self, location: &Location, role: Role) -> Result<()> {
+        if role == Role::Cluster {
+            return Err(Error::Unsupported {
+                feature: "type=cluster",
+            });
+        }
+        if let (Location::Unix(path), Some(_)) = (location, &self.config.tls) {
+            return Err(ConfigError::TlsOverUnix {
+                location: path.display().to_string(),
+            }
+            .into());
+        }
+        let connector = Connector::new(
+            location,
+            self.config.user.as_deref(),
+            self.config.password.as_deref(),
+            self.config.protocol,
+            self.config.connection_timeout,
+            self.config.tls.clone(),
+        )?;
+        let mut added = None;
+        self.servers.update(|current| {
+            let existing = current.by_location(connector.location());
+            let (id, health) = match existing {
+                Some(server) => (server.id, server.health.clone()),
+                None => (
+                    self.servers.new_id(),
+                    Arc::new(Health::new(self.config.sickness_ttl)),
+                ),
+            };
+            let pool = self.config.shared_connections.then(|| {
+                Arc::new(SharedPool::new(
+                    connector.location().to_string(),
+                    self.config.max_connections,
+                ))
+            });
+            let server = Arc::new(Server::new(
+                id,
+                connector.clone(),
+                role,
+                health,
+                self.subnets.weight(location),
+                pool,
+            ));
+            let mut servers = current.servers.clone();
+            match servers.iter().position(|s| s.id == id) {
+                Some(at) => servers[at] = server.clone(),
+                None => {
+                    self.stats.inc(Counter::ServersTotal);
+                    servers.push(server.clone());
+                }
+            }
+            added = Some(server);
+            Some(Topology { servers })
+        });
+        if let Some(server) = added.filter(|server| server.declared() == Role::Auto) {
+            self.discover_role(&server);
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &DbConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The servers as they are now.
+    pub(crate) fn topology(&self) -> Arc<Topology> {
+        self.servers.snapshot()
+    }
+
+    /// Open and idle connections of the shared pool of the `index`th server
+    /// (zeros in private mode, where they live in the worker threads).
+    pub fn pool_state(&self, index: usize) -> (u32, u32) {
+        self.topology()
+            .servers
+            .get(index)
+            .map_or((0, 0), |server| server.pool_state())
+    }
+
+    /// Asks `ROLE` on a fresh connection and records the answer. Runs in
+    /// `vcl_init`: each step is bounded by its timeout, at most
+    /// [`LOAD_STEP_CAP`]. As in the C VMOD, this probe is not counted in
+    /// the database's counters, and a server that cannot be reached is
+    /// marked sick (avoided while others can serve).
+    fn discover_role(&self, server: &Server) -> Option<Role> {
+        let cap = |timeout: Option<Duration>| {
+            Some(timeout.map_or(LOAD_STEP_CAP, |timeout| timeout.min(LOAD_STEP_CAP)))
+        };
+        let probe_stats = Stats::default();
+        let mut conn = match server
+            .connector
+            .connect_within(&probe_stats, cap(self.config.connection_timeout))
+        {
+            Ok(conn) => conn,
+            Err(_) => {
+                server.health.mark_failed();
+                return None;
+            }
+        };
+        let reply = conn.request(ROLE, cap(self.config.command_timeout)).ok()?;
+        let role = role_from_reply(&reply)?;
+        server.set_role(role);
+        Some(role)
+    }
+
+    /// Renders the counters as `.stats()` shows them: the C VMOD's output
+    /// (which has no per-server data, however many servers), plus each
+    /// server's state when `extended` ([ext]).
+    pub fn write_stats(&self, out: &mut String, format: &StatsFormat, extended: bool) {
+        let topology = self.topology();
+        let now = Instant::now();
+        let servers: Vec<ServerSnapshot> = topology
+            .servers
+            .iter()
+            .filter(|_| extended)
+            .map(|server| {
+                let (open, idle) = server.pool_state();
+                ServerSnapshot {
+                    location: server.location().to_string(),
+                    role: server.role(),
+                    sick: server.health.is_sick(now),
+                    connections_open: u64::from(open),
+                    connections_idle: u64::from(idle),
+                }
+            })
+            .collect();
+        let context = StatsContext {
+            db_name: &self.name,
+            servers: &servers,
+        };
+        match format {
+            StatsFormat::Json => self.stats.write_json(out, &context),
+            StatsFormat::Prometheus(options) => self.stats.write_prometheus(out, &context, options),
+        }
+    }
+
+    /// Closes idle connections (VCL cold). Returns how many were closed.
+    pub fn close_idle(&self) -> usize {
+        match &self.private {
+            Some(private) => private.close_idle(self.id),
+            None => self
+                .topology()
+                .servers
+                .iter()
+                .filter_map(|server| server.pool.as_ref())
+                .map(|pool| pool.close_idle())
+                .sum(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
