@@ -9,7 +9,7 @@
 //!   `topology` (a database's servers as a snapshot), [`connection`]
 //!   (private / shared),
 //!   [`command`], [`session`] (connection state per command), [`reply`],
-//!   [`stats`].
+//!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
 // The FFI layer (and the VCL layer that only it calls) need varnishd's
 // symbols, so unit-test builds leave them out and test the logic beneath.
 #![cfg_attr(test, allow(dead_code))]
@@ -21,6 +21,7 @@ pub mod database;
 pub mod error;
 pub mod reply;
 mod routing;
+mod sentinel;
 pub mod server;
 mod session;
 pub mod stats;

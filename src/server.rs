@@ -23,6 +23,9 @@ pub struct Health {
     connect_at_us: AtomicU64,
     /// The spacing after the last failed attempt (0: the last one worked).
     backoff_us: AtomicU64,
+    /// Sentinel says the server is down (`+sdown` / `+odown`): sick until
+    /// it says otherwise, whatever `sickness_ttl`.
+    down: AtomicBool,
 }
 
 /// First spacing of connection attempts after a failure, doubled after each
@@ -39,6 +42,7 @@ impl Health {
             failed_at_us: AtomicU64::new(0),
             connect_at_us: AtomicU64::new(0),
             backoff_us: AtomicU64::new(0),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -98,8 +102,16 @@ impl Health {
             .store(self.us_since_epoch(Instant::now()), Ordering::Relaxed);
     }
 
-    /// Sick: failed less than `sickness_ttl` ago.
+    /// Sentinel's verdict: down (sick until cleared) or not.
+    pub(crate) fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+
+    /// Sick: failed less than `sickness_ttl` ago, or down for Sentinel.
     pub fn is_sick(&self, now: Instant) -> bool {
+        if self.down.load(Ordering::Relaxed) {
+            return true;
+        }
         match self.failed_at_us.load(Ordering::Relaxed) {
             0 => false,
             failed => {
@@ -285,6 +297,16 @@ mod tests {
         health.connect_succeeded();
         assert_eq!(health.may_connect(), Ok(()));
         assert_eq!(health.may_connect(), Ok(()));
+    }
+
+    #[test]
+    fn down_for_sentinel_is_sick_until_cleared() {
+        let health = Health::new(Duration::ZERO);
+        health.set_down(true);
+        // Not a failure of ours: sick whatever sickness_ttl says.
+        assert!(health.is_sick(Instant::now() + Duration::from_secs(3600)));
+        health.set_down(false);
+        assert!(!health.is_sick(Instant::now()));
     }
 
     #[test]

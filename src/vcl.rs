@@ -9,12 +9,15 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::command::Command;
-use crate::config::{redact_credentials, DbArgs, DbConfig, Location, Role, Subnets};
+use crate::config::{
+    redact_credentials, DbArgs, DbConfig, Location, Role, SentinelArgs, SentinelConfig, Subnets,
+};
 use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
 use crate::reply::Reply;
+use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 
 /// What one loaded VCL holds (PRIV_VCL): its databases by VCL name, for
@@ -26,6 +29,10 @@ pub struct VclState {
     /// The private connections of every database of this VCL that uses
     /// them: one budget per worker thread, as in the C VMOD.
     private: Arc<PrivateConnections>,
+    /// `redis.sentinels()`: what the VCL asked for.
+    sentinel_config: Mutex<Option<SentinelConfig>>,
+    /// The Sentinel thread, while the VCL is warm.
+    sentinel: Mutex<Option<Monitor>>,
 }
 
 /// Module-level task state (PRIV_TASK of the proxied functions): the
@@ -136,18 +143,33 @@ pub fn subnets(ctx: &Ctx, vcl: &VclState, masks: &str) {
     }
 }
 
-/// `redis.sentinels()`: only an empty list is accepted for now.
-pub fn sentinels(ctx: &Ctx, locations: &str) {
-    let locations = if locations.is_empty() {
-        std::env::var("VMOD_REDIS_SENTINELS").unwrap_or_default()
-    } else {
-        locations.to_string()
-    };
-    if !locations.trim().is_empty() {
-        ctx.fail(&format!(
-            "[REDIS] sentinels(\"{}\"): Sentinel support is not supported yet",
-            redact_credentials(&locations)
-        ));
+/// `redis.sentinels()`: checked now so a typo fails `vcl.load`; the
+/// thread starts when the VCL turns warm.
+pub fn sentinels(ctx: &Ctx, vcl: &VclState, args: &SentinelArgs) {
+    let from_env;
+    let mut args = *args;
+    if args.locations.is_empty() {
+        from_env = std::env::var("VMOD_REDIS_SENTINELS").unwrap_or_default();
+        args.locations = &from_env;
+    }
+    if !ctx.in_init() {
+        ctx.log(LogTag::Error, "[REDIS] sentinels(): only in vcl_init");
+        return;
+    }
+    let mut current = vcl.sentinel_config.lock();
+    if current.is_some() {
+        ctx.log(
+            LogTag::Error,
+            "[REDIS] sentinels() ignored: it was called before in this VCL",
+        );
+        return;
+    }
+    match SentinelConfig::from_args(&args) {
+        Ok(config) => *current = config,
+        Err(err) => ctx.fail(&format!(
+            "[REDIS] sentinels(\"{}\"): {err}",
+            redact_credentials(args.locations)
+        )),
     }
 }
 
@@ -364,12 +386,46 @@ pub fn warm(vcl: &VclState) {
     for db in vcl.databases.read().iter() {
         db.stats().set_visible(true);
     }
+    start_sentinel(vcl);
+}
+
+/// Starts the VCL's Sentinel thread, if it has Sentinels and no thread.
+fn start_sentinel(vcl: &VclState) {
+    let Some(config) = vcl.sentinel_config.lock().clone() else {
+        return;
+    };
+    let mut running = vcl.sentinel.lock();
+    if running.is_some() {
+        return;
+    }
+    let log: crate::sentinel::Logger = Arc::new(|level: Level, msg: &str| {
+        let tag = match level {
+            Level::Error => LogTag::Error,
+            Level::Info => LogTag::Debug,
+        };
+        crate::ffi::log_global(tag, msg);
+    });
+    let databases = vcl.databases.read().clone();
+    match Monitor::start(config, databases, log) {
+        Ok(monitor) => *running = Some(monitor),
+        Err(err) => crate::ffi::log_global(
+            LogTag::Error,
+            &format!("[REDIS] sentinels: cannot start the thread: {err}"),
+        ),
+    }
+}
+
+/// Stops and joins the Sentinel thread (it closes its connections).
+fn stop_sentinel(vcl: &VclState) {
+    let monitor = vcl.sentinel.lock().take();
+    drop(monitor);
 }
 
 /// VCL cold: hide the counters, close idle connections. Discard: forget
 /// the databases (the objects' own `__fini` drops the rest, counters
 /// included).
 pub fn cold(vcl: &VclState) {
+    stop_sentinel(vcl);
     for db in vcl.databases.read().iter() {
         db.stats().set_visible(false);
         db.close_idle();
@@ -377,5 +433,6 @@ pub fn cold(vcl: &VclState) {
 }
 
 pub fn discard(vcl: &VclState) {
+    stop_sentinel(vcl);
     vcl.databases.write().clear();
 }

@@ -45,6 +45,10 @@ pub enum LocationError {
     /// `user:password@host:port`: credentials have arguments of their own.
     #[error("credentials go in user and password, not in the location")]
     UserInfo,
+    /// A UNIX socket in `redis.sentinels()`: Sentinels advertise and are
+    /// reached by address, as in the C VMOD.
+    #[error("a Sentinel is reached at host:port only")]
+    SentinelUnix,
 }
 
 /// Where a Redis server listens.

@@ -8,10 +8,12 @@
 //! subnet list); we reject such input up front.
 
 mod location;
+mod sentinel;
 mod subnets;
 
 pub(crate) use location::redact_credentials;
 pub use location::{Location, LocationError};
+pub use sentinel::{SentinelArgs, SentinelConfig};
 pub use subnets::Subnets;
 
 use std::fmt;

@@ -479,6 +479,69 @@ impl Connection {
         result
     }
 
+    /// Pub/Sub: writes a packed request without reading its reply (a
+    /// subscription's acknowledgements come back as messages).
+    pub(crate) fn send(
+        &mut self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<(), Failure> {
+        if self.timeout != timeout {
+            self.stream.set_timeout(timeout)?;
+            self.timeout = timeout;
+        }
+        let sent = self.stream.write_all(packed).map_err(Failure::from);
+        if sent.is_err() {
+            self.broken = true;
+        }
+        sent
+    }
+
+    /// Pub/Sub: the next message (a RESP3 push included) or reply, waiting
+    /// at most `wait`. A timeout is not a failure here: bytes of a message
+    /// that has not fully arrived stay buffered for the next call.
+    pub(crate) fn receive(&mut self, wait: Duration) -> std::result::Result<Reply, Failure> {
+        let wait = wait.max(Duration::from_millis(1));
+        if self.timeout != Some(wait) {
+            self.stream.set_timeout(Some(wait))?;
+            self.timeout = Some(wait);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let scanned = resp::scan_from(&self.buf[self.start..self.end], &mut self.scan);
+            match scanned {
+                Ok(Some(len)) => {
+                    let built = resp::build(&self.buf[self.start..self.start + len]);
+                    self.start += len;
+                    if self.start == self.end {
+                        self.start = 0;
+                        self.end = 0;
+                    }
+                    return built.map_err(|err| {
+                        self.broken = true;
+                        err.into()
+                    });
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    self.broken = true;
+                    return Err(err.into());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Failure::Timeout);
+            }
+            match self.fill() {
+                Ok(()) => {}
+                Err(Failure::Timeout) => return Err(Failure::Timeout),
+                Err(failure) => {
+                    self.broken = true;
+                    return Err(failure);
+                }
+            }
+        }
+    }
+
     fn exchange(
         &mut self,
         packed: &[u8],

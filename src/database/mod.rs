@@ -157,6 +157,27 @@ impl Database {
         Ok(())
     }
 
+    /// Removes the server at `location` (a replica Sentinel no longer
+    /// reports, with `discover=true`): workers routing on an older snapshot
+    /// finish with it; its pool closes when the last of them lets it go.
+    /// False when there is no such server.
+    pub(crate) fn remove_server(&self, location: &str) -> bool {
+        let mut removed = false;
+        self.servers.update(|current| {
+            let servers: Vec<Arc<Server>> = current
+                .servers
+                .iter()
+                .filter(|server| server.location() != location)
+                .cloned()
+                .collect();
+            removed = servers.len() != current.servers.len();
+            removed.then_some(Topology { servers })
+        });
+        // servers.total counts servers added (a varnishstat counter never
+        // goes down); the extended server_list shows the ones left.
+        removed
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -13,7 +13,7 @@ use super::bindings::{
     VCL_REAL, VCL_STRING,
 };
 use super::{arg_bytes, arg_str, guard, slot_of, Ctx};
-use crate::config::{DbArgs, Secret};
+use crate::config::{DbArgs, Secret, SentinelArgs};
 use crate::database::Database;
 use crate::reply::{Reply, ReplyKind};
 use crate::stats::PrometheusOptions;
@@ -132,22 +132,46 @@ pub unsafe extern "C" fn vmod_subnets(
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn vmod_sentinels(
     ctx: *const vrt_ctx,
-    _priv_vcl: *mut vmod_priv,
+    priv_vcl: *mut vmod_priv,
     locations: VCL_STRING,
-    _period: VCL_INT,
-    _connection_timeout: VCL_INT,
-    _command_timeout: VCL_INT,
-    _protocol: VCL_ENUM,
-    _tls: VCL_BOOL,
-    _tls_cafile: VCL_STRING,
-    _tls_capath: VCL_STRING,
-    _tls_certfile: VCL_STRING,
-    _tls_keyfile: VCL_STRING,
-    _tls_sni: VCL_STRING,
-    _password: VCL_STRING,
-    _discover: VCL_BOOL,
+    period: VCL_INT,
+    connection_timeout: VCL_INT,
+    command_timeout: VCL_INT,
+    protocol: VCL_ENUM,
+    tls: VCL_BOOL,
+    tls_cafile: VCL_STRING,
+    tls_capath: VCL_STRING,
+    tls_certfile: VCL_STRING,
+    tls_keyfile: VCL_STRING,
+    tls_sni: VCL_STRING,
+    password: VCL_STRING,
+    discover: VCL_BOOL,
 ) {
-    guard(ctx, (), |ctx| vcl::sentinels(ctx, &arg_str(locations)))
+    guard(ctx, (), |ctx| {
+        let Some(vcl) = slot_of::<VclState>(priv_vcl) else {
+            return;
+        };
+        let (locations, protocol) = (arg_str(locations), arg_str(protocol));
+        let (tls_cafile, tls_capath) = (arg_str(tls_cafile), arg_str(tls_capath));
+        let (tls_certfile, tls_keyfile) = (arg_str(tls_certfile), arg_str(tls_keyfile));
+        let (tls_sni, password) = (arg_str(tls_sni), arg_str(password));
+        let args = SentinelArgs {
+            locations: &locations,
+            period,
+            connection_timeout,
+            command_timeout,
+            protocol: &protocol,
+            tls: tls != 0,
+            tls_cafile: &tls_cafile,
+            tls_capath: &tls_capath,
+            tls_certfile: &tls_certfile,
+            tls_keyfile: &tls_keyfile,
+            tls_sni: &tls_sni,
+            password: Secret(&password),
+            discover: discover != 0,
+        };
+        vcl::sentinels(ctx, vcl, &args);
+    })
 }
 
 #[no_mangle]

@@ -44,6 +44,19 @@ pub enum LogTag {
     Debug,
 }
 
+/// Logs `msg` outside any transaction, from any thread of the child (the
+/// Sentinel thread has no `VRT_CTX`).
+pub fn log_global(tag: LogTag, msg: &str) {
+    let tag = match tag {
+        LogTag::Error => bindings::VSL_tag_e_SLT_VCL_Error,
+        LogTag::Debug => bindings::VSL_tag_e_SLT_Debug,
+    };
+    let msg = c_text(msg);
+    // SAFETY: "%s" with one NUL-terminated string; VSL() writes a
+    // non-transactional record under the log's own lock.
+    unsafe { bindings::VSL(tag, NO_VXID, c"%s".as_ptr(), msg.as_ptr()) }
+}
+
 /// A borrowed `VRT_CTX`, valid for one call from varnishd.
 pub struct Ctx<'a> {
     raw: &'a vrt_ctx,

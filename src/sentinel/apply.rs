@@ -1,0 +1,374 @@
+//! What Sentinel's news changes in the databases of a VCL: the role and
+//! health of the servers whose location is the address Sentinel gives,
+//! and, with `discover=true`, which replicas a database holds.
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::event::{Down, Event, Reported};
+use crate::config::{Location, Role};
+use crate::database::Database;
+
+/// A master as `SENTINEL masters` and `SENTINEL replicas <name>` report it.
+#[derive(Clone, Debug)]
+pub(crate) struct Master {
+    pub master: Reported,
+    pub replicas: Vec<Reported>,
+}
+
+/// What the thread remembers between messages.
+pub(crate) struct Knowledge {
+    /// Addresses down for Sentinel: sick while in either set.
+    sdown: HashSet<String>,
+    odown: HashSet<String>,
+    /// Per database (same index as the list the thread was given), the
+    /// servers that discovery added: only these are ever removed.
+    discovered: Vec<HashSet<String>>,
+    discover: bool,
+}
+
+/// Calls `change` on every server of `dbs` at `addr`.
+fn each_server(
+    dbs: &[Arc<Database>],
+    addr: &str,
+    mut change: impl FnMut(&Database, &crate::server::Server),
+) {
+    for db in dbs {
+        let topology = db.topology();
+        for server in topology.servers.iter().filter(|s| s.location() == addr) {
+            change(db, server);
+        }
+    }
+}
+
+impl Knowledge {
+    pub(crate) fn new(databases: usize, discover: bool) -> Self {
+        Knowledge {
+            sdown: HashSet::new(),
+            odown: HashSet::new(),
+            discovered: vec![HashSet::new(); databases],
+            discover,
+        }
+    }
+
+    fn is_down(&self, addr: &str) -> bool {
+        self.sdown.contains(addr) || self.odown.contains(addr)
+    }
+
+    /// Gives the servers at `addr` the health Sentinel says.
+    fn apply_down(&self, dbs: &[Arc<Database>], addr: &str, log: &mut Vec<String>) {
+        let down = self.is_down(addr);
+        each_server(dbs, addr, |db, server| {
+            let now = std::time::Instant::now();
+            let was = server.health.is_sick(now);
+            server.health.set_down(down);
+            if was != server.health.is_sick(now) {
+                let state = if down { "down (sick)" } else { "up again" };
+                log.push(format!("db {}: {addr} {state}", db.name()));
+            }
+        });
+    }
+
+    fn apply_role(dbs: &[Arc<Database>], addr: &str, role: Role, log: &mut Vec<String>) {
+        each_server(dbs, addr, |db, server| {
+            if server.role() != role {
+                server.set_role(role);
+                log.push(format!("db {}: {addr} is now {role}", db.name()));
+            }
+        });
+    }
+
+    /// A Pub/Sub message. Returns what changed, for the log.
+    pub(crate) fn on_event(&mut self, event: &Event, dbs: &[Arc<Database>]) -> Vec<String> {
+        let mut log = Vec::new();
+        match event {
+            Event::Down { addr, kind, down } => {
+                let set = match kind {
+                    Down::Subjective => &mut self.sdown,
+                    Down::Objective => &mut self.odown,
+                };
+                if *down {
+                    set.insert(addr.clone());
+                } else {
+                    set.remove(addr);
+                }
+                self.apply_down(dbs, addr, &mut log);
+            }
+            Event::SwitchMaster { old, new, .. } => {
+                if self.discover {
+                    // The new master joins every database that held the old
+                    // one (it is a replica they may not know yet).
+                    for (index, db) in dbs.iter().enumerate() {
+                        let topology = db.topology();
+                        if topology.by_location(old).is_some()
+                            && topology.by_location(new).is_none()
+                        {
+                            self.add(index, db, new, Role::Master, &mut log);
+                        }
+                    }
+                }
+                Self::apply_role(dbs, old, Role::Slave, &mut log);
+                Self::apply_role(dbs, new, Role::Master, &mut log);
+            }
+        }
+        log
+    }
+
+    /// A complete answer to `SENTINEL masters` and `SENTINEL replicas` of
+    /// each master. Returns what changed, for the log.
+    pub(crate) fn on_refresh(&mut self, masters: &[Master], dbs: &[Arc<Database>]) -> Vec<String> {
+        let mut log = Vec::new();
+        if self.discover {
+            self.discover_replicas(masters, dbs, &mut log);
+        }
+        let before: HashSet<String> = self.sdown.union(&self.odown).cloned().collect();
+        self.sdown.clear();
+        self.odown.clear();
+        let every = masters.iter().flat_map(|m| {
+            std::iter::once((&m.master, Role::Master))
+                .chain(m.replicas.iter().map(|r| (r, Role::Slave)))
+        });
+        let mut seen = HashSet::new();
+        for (instance, role) in every.clone() {
+            if instance.sdown {
+                self.sdown.insert(instance.addr.clone());
+            }
+            if instance.odown {
+                self.odown.insert(instance.addr.clone());
+            }
+            Self::apply_role(dbs, &instance.addr, role, &mut log);
+            seen.insert(instance.addr.clone());
+        }
+        for addr in seen.iter().chain(before.iter()) {
+            self.apply_down(dbs, addr, &mut log);
+        }
+        log
+    }
+
+    /// `discover=true`: every database holding a master (or one of its
+    /// replicas) gets the replicas it does not have, and loses the ones it
+    /// got this way that Sentinel no longer reports.
+    fn discover_replicas(
+        &mut self,
+        masters: &[Master],
+        dbs: &[Arc<Database>],
+        log: &mut Vec<String>,
+    ) {
+        for (index, db) in dbs.iter().enumerate() {
+            let topology = db.topology();
+            let mut wanted: HashSet<&str> = HashSet::new();
+            let mut missing = Vec::new();
+            // Held: a server the VCL declared (not one discovery added)
+            // is this master or one of its replicas.
+            let declared = |addr: &str| {
+                topology.by_location(addr).is_some() && !self.discovered[index].contains(addr)
+            };
+            for m in masters {
+                let holds =
+                    declared(&m.master.addr) || m.replicas.iter().any(|r| declared(&r.addr));
+                if !holds {
+                    continue;
+                }
+                wanted.insert(&m.master.addr);
+                for replica in &m.replicas {
+                    wanted.insert(&replica.addr);
+                    if topology.by_location(&replica.addr).is_none() {
+                        missing.push(replica.addr.clone());
+                    }
+                }
+            }
+            let gone: Vec<String> = self.discovered[index]
+                .iter()
+                .filter(|addr| !wanted.contains(addr.as_str()))
+                .cloned()
+                .collect();
+            for addr in gone {
+                self.discovered[index].remove(&addr);
+                if db.remove_server(&addr) {
+                    log.push(format!(
+                        "db {}: {addr} removed (no longer reported)",
+                        db.name()
+                    ));
+                }
+            }
+            for addr in missing {
+                self.add(index, db, &addr, Role::Slave, log);
+            }
+        }
+    }
+
+    fn add(&mut self, index: usize, db: &Database, addr: &str, role: Role, log: &mut Vec<String>) {
+        let added = addr
+            .parse::<Location>()
+            .map_err(crate::error::Error::from)
+            .and_then(|location| db.add_server(&location, role));
+        match added {
+            Ok(()) => {
+                self.discovered[index].insert(addr.to_string());
+                // Sentinel may have said it was down before it was added.
+                let down = self.is_down(addr);
+                if let Some(server) = db.topology().by_location(addr) {
+                    server.health.set_down(down);
+                }
+                log.push(format!(
+                    "db {}: {addr} added as {role} (discovered)",
+                    db.name()
+                ));
+            }
+            Err(err) => log.push(format!("db {}: {addr} not added: {err}", db.name())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DbArgs, DbConfig};
+    use std::time::Instant;
+
+    const M: &str = "127.0.0.1:7001";
+    const R1: &str = "127.0.0.1:7002";
+    const R2: &str = "127.0.0.1:7003";
+
+    /// A database with a master and a replica declared (no connection is
+    /// opened for declared roles).
+    fn db(name: &str, servers: &[(&str, Role)]) -> Arc<Database> {
+        let config = DbConfig::from_args(&DbArgs::default()).unwrap();
+        let db = Database::new(name, config).unwrap();
+        for (addr, role) in servers {
+            db.add_server(&addr.parse().unwrap(), *role).unwrap();
+        }
+        Arc::new(db)
+    }
+
+    fn state(db: &Database, addr: &str) -> Option<(Role, bool)> {
+        let topology = db.topology();
+        let server = topology.by_location(addr)?;
+        Some((server.role(), server.health.is_sick(Instant::now())))
+    }
+
+    fn reported(addr: &str, sdown: bool) -> Reported {
+        Reported {
+            name: String::new(),
+            addr: addr.into(),
+            sdown,
+            odown: false,
+        }
+    }
+
+    #[test]
+    fn down_until_both_verdicts_are_cleared() {
+        let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
+        let mut knowledge = Knowledge::new(1, false);
+        let event = |kind, down| Event::Down {
+            addr: M.into(),
+            kind,
+            down,
+        };
+        knowledge.on_event(&event(Down::Subjective, true), &dbs);
+        knowledge.on_event(&event(Down::Objective, true), &dbs);
+        assert_eq!(state(&dbs[0], M), Some((Role::Master, true)));
+        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
+        knowledge.on_event(&event(Down::Objective, false), &dbs);
+        assert_eq!(state(&dbs[0], M), Some((Role::Master, true)));
+        let log = knowledge.on_event(&event(Down::Subjective, false), &dbs);
+        assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
+        assert_eq!(log, ["db a: 127.0.0.1:7001 up again"]);
+    }
+
+    #[test]
+    fn switch_master_swaps_roles_in_every_database() {
+        let dbs = [
+            db("a", &[(M, Role::Master), (R1, Role::Slave)]),
+            db("b", &[(R1, Role::Slave)]),
+        ];
+        let mut knowledge = Knowledge::new(2, false);
+        let log = knowledge.on_event(
+            &Event::SwitchMaster {
+                name: "main".into(),
+                old: M.into(),
+                new: R1.into(),
+            },
+            &dbs,
+        );
+        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
+        assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+        assert_eq!(state(&dbs[1], R1), Some((Role::Master, false)));
+        // Without discover, nothing is added.
+        assert_eq!(state(&dbs[1], M), None);
+        assert_eq!(log.len(), 3, "{log:?}");
+    }
+
+    #[test]
+    fn refresh_sets_roles_and_health() {
+        let dbs = [db(
+            "a",
+            &[(M, Role::Slave), (R1, Role::Master), (R2, Role::Slave)],
+        )];
+        let mut knowledge = Knowledge::new(1, false);
+        knowledge.on_event(
+            &Event::Down {
+                addr: R1.into(),
+                kind: Down::Subjective,
+                down: true,
+            },
+            &dbs,
+        );
+        let masters = [Master {
+            master: reported(M, false),
+            replicas: vec![reported(R1, false), reported(R2, true)],
+        }];
+        knowledge.on_refresh(&masters, &dbs);
+        assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
+        // R1 was down; the full picture says it is not any more.
+        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
+        assert_eq!(state(&dbs[0], R2), Some((Role::Slave, true)));
+    }
+
+    #[test]
+    fn discovery_adds_and_removes_only_its_own_servers() {
+        let dbs = [
+            db("a", &[(M, Role::Master)]),
+            db("other", &[("127.0.0.1:9999", Role::Master)]),
+        ];
+        let mut knowledge = Knowledge::new(2, true);
+        let masters = |replicas: Vec<Reported>| {
+            [Master {
+                master: reported(M, false),
+                replicas,
+            }]
+        };
+        knowledge.on_refresh(
+            &masters(vec![reported(R1, false), reported(R2, true)]),
+            &dbs,
+        );
+        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
+        assert_eq!(state(&dbs[0], R2), Some((Role::Slave, true)));
+        assert_eq!(dbs[1].topology().servers.len(), 1);
+        assert_eq!(dbs[0].stats().get(crate::stats::Counter::ServersTotal), 3);
+        // R2 is no longer reported: removed. The declared master stays
+        // even when it is not reported.
+        knowledge.on_refresh(&masters(vec![reported(R1, false)]), &dbs);
+        assert_eq!(state(&dbs[0], R2), None);
+        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
+        let empty: [Master; 0] = [];
+        knowledge.on_refresh(&empty, &dbs);
+        assert!(state(&dbs[0], M).is_some());
+        assert_eq!(state(&dbs[0], R1), None);
+    }
+
+    #[test]
+    fn discovery_follows_a_switch_to_an_unknown_master() {
+        let dbs = [db("a", &[(M, Role::Master)])];
+        let mut knowledge = Knowledge::new(1, true);
+        knowledge.on_event(
+            &Event::SwitchMaster {
+                name: "main".into(),
+                old: M.into(),
+                new: R1.into(),
+            },
+            &dbs,
+        );
+        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
+        assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+    }
+}
