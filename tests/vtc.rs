@@ -25,6 +25,7 @@
 //! #@ redis NAME [ARG...]           standalone redis-server
 //! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
+//! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
 //! ```
@@ -98,6 +99,8 @@
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
 //! `-L` to varnishtest; their paths are printed).
 
+#[path = "support/sentinel.rs"]
+mod sentinel;
 mod support;
 #[path = "support/tls_material.rs"]
 mod tls_material;
@@ -172,6 +175,11 @@ enum Directive {
         master: String,
         args: Vec<String>,
     },
+    Sentinel {
+        name: String,
+        master: String,
+        args: Vec<String>,
+    },
     Timeout(u64),
     Env(String, String),
 }
@@ -208,6 +216,14 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                     args: params[2..].to_vec(),
                 }
             }
+            "sentinel" => match params {
+                [name, master, args @ ..] => Directive::Sentinel {
+                    name: name.clone(),
+                    master: master.clone(),
+                    args: args.to_vec(),
+                },
+                _ => return Err(at("usage: #@ sentinel NAME MASTER [ARG...]".into())),
+            },
             "timeout" => match params {
                 [secs] => Directive::Timeout(
                     secs.parse()
@@ -427,8 +443,47 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_TIMEOUT_SECS);
 
+    let mut sentinels: Vec<sentinel::Expected> = Vec::new();
     for d in &directives {
         let (name, master, raw_args) = match d {
+            Directive::Sentinel { name, master, args } => {
+                if !valid_name(name) || ports.contains_key(name) {
+                    return Err(format!("sentinel name {name:?}: [a-zA-Z0-9_], unique").into());
+                }
+                let at = *ports
+                    .get(master)
+                    .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
+                let args = args
+                    .iter()
+                    .map(|a| expand(a, &macros))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let started = sentinel::start(&dir, name, master, at, &args)
+                    .map_err(|e| format!("{e}{}", fx.logs()))?;
+                ports.insert(name.clone(), (Ipv4Addr::LOCALHOST, started.port));
+                sentinels.push(sentinel::Expected {
+                    name: name.clone(),
+                    port: started.port,
+                    master: master.clone(),
+                    replicas: replicas_of(&directives, master),
+                    sentinels: 0,
+                });
+                macros.extend(server_macros(
+                    &dir,
+                    name,
+                    Ipv4Addr::LOCALHOST,
+                    started.port,
+                    started.child.id(),
+                ));
+                fx.servers.push(Server {
+                    name: name.clone(),
+                    host: Ipv4Addr::LOCALHOST,
+                    port: started.port,
+                    child: started.child,
+                    log: started.log,
+                    out: started.out,
+                });
+                continue;
+            }
             Directive::Timeout(t) => {
                 timeout = *t;
                 continue;
@@ -500,21 +555,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             }
         }
         ports.insert(name.clone(), (host, port));
-        let sock = dir.join(format!("{name}.sock")).display().to_string();
-        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
-        macros.push((format!("{name}_host"), host.to_string()));
-        macros.push((
-            format!("{name}_restart"),
-            dir.join(format!("{name}.restart")).display().to_string(),
-        ));
-        macros.push((format!("{name}_port"), port.to_string()));
-        macros.push((format!("{name}_sock"), sock));
-        macros.push((format!("{name}_pid"), pid.to_string()));
+        macros.extend(server_macros(&dir, name, host, port, pid));
         if let Some(tls_port) = tls_port {
             macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
             macros.push((format!("{name}_tls_port"), tls_port.to_string()));
         }
     }
+
+    for s in &mut sentinels {
+        s.sentinels = sentinels_of(&directives, &s.master) - 1;
+    }
+    sentinel::wait_ready(&sentinels).map_err(|e| format!("{e}{}", fx.logs()))?;
 
     // Not -q: at the default verbosity varnishtest prints the whole log of a
     // failing test (-q prints only its FAILED line).
@@ -556,6 +607,42 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         fx.logs()
     )
     .into())
+}
+
+/// `${NAME_addr}`, `_host`, `_restart`, `_port`, `_sock`, `_pid`.
+fn server_macros(
+    dir: &Path,
+    name: &str,
+    host: Ipv4Addr,
+    port: u16,
+    pid: u32,
+) -> Vec<(String, String)> {
+    let sock = dir.join(format!("{name}.sock")).display().to_string();
+    let restart = dir.join(format!("{name}.restart")).display().to_string();
+    vec![
+        (format!("{name}_addr"), format!("{host}:{port}")),
+        (format!("{name}_host"), host.to_string()),
+        (format!("{name}_restart"), restart),
+        (format!("{name}_port"), port.to_string()),
+        (format!("{name}_sock"), sock),
+        (format!("{name}_pid"), pid.to_string()),
+    ]
+}
+
+/// How many `#@ replica` of `master` the file declares.
+fn replicas_of(directives: &[Directive], master: &str) -> usize {
+    directives
+        .iter()
+        .filter(|d| matches!(d, Directive::Replica { master: m, .. } if m == master))
+        .count()
+}
+
+/// How many `#@ sentinel` monitor `master`.
+fn sentinels_of(directives: &[Directive], master: &str) -> usize {
+    directives
+        .iter()
+        .filter(|d| matches!(d, Directive::Sentinel { master: m, .. } if m == master))
+        .count()
 }
 
 /// varnishtest's output without the manager's CLI pings (two `vsl|` lines

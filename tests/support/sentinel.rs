@@ -1,0 +1,145 @@
+//! Sentinels for the varnishtest harness (`#@ sentinel NAME MASTER
+//! [ARG...]`): `redis-server <NAME.conf> --sentinel` on a free loopback
+//! port, monitoring the server MASTER of the same file under the master
+//! name MASTER, with short delays so that tests run fast.
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::{self, redis_cmd, write_public, Waited};
+
+/// A master unreachable this long is down for a Sentinel (`+sdown`).
+pub const DOWN_AFTER_MS: u32 = 500;
+/// Bound of one failover attempt.
+const FAILOVER_TIMEOUT_MS: u32 = 2000;
+/// Sentinels needed to agree that a master is down (`+odown`).
+const QUORUM: u32 = 2;
+/// Up (PING), then knowing the replicas and the other Sentinels.
+const READY_DEADLINE: Duration = Duration::from_secs(20);
+
+/// A started Sentinel.
+pub struct Started {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    pub out: PathBuf,
+}
+
+/// What a Sentinel should know before the test starts.
+pub struct Expected {
+    pub name: String,
+    pub port: u16,
+    pub master: String,
+    pub replicas: usize,
+    pub sentinels: usize,
+}
+
+/// Starts a Sentinel monitoring `master_at` as `master`; `extra` are
+/// redis-server options added to its command line.
+pub fn start(
+    dir: &Path,
+    name: &str,
+    master: &str,
+    master_at: (Ipv4Addr, u16),
+    extra: &[String],
+) -> Result<Started, String> {
+    // Sentinel rewrites its configuration file: one per Sentinel, in the
+    // test's directory.
+    let conf = dir.join(format!("{name}.conf"));
+    let (host, port) = master_at;
+    write_public(
+        &conf,
+        &format!(
+            "sentinel monitor {master} {host} {port} {QUORUM}\n\
+             sentinel down-after-milliseconds {master} {DOWN_AFTER_MS}\n\
+             sentinel failover-timeout {master} {FAILOVER_TIMEOUT_MS}\n\
+             sentinel parallel-syncs {master} 2\n"
+        ),
+    )?;
+    let log = dir.join(format!("{name}.log"));
+    let out = dir.join(format!("{name}.out"));
+    let data = dir.join(format!("{name}.data"));
+    support::make_dir(&data)?;
+    let port = support::free_port()?;
+    let out_file = fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
+    let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
+    let mut cmd = std::process::Command::new(support::server_program());
+    cmd.arg(&conf)
+        .arg("--sentinel")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--daemonize", "no"])
+        .arg("--dir")
+        .arg(&data)
+        .arg("--logfile")
+        .arg(&log)
+        .args(extra)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out_file)
+        .stderr(err_file);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("start {} --sentinel: {e}", support::server_program()))?;
+    let waited = support::wait_ready(
+        &mut child,
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+    );
+    let started = Started {
+        child,
+        port,
+        log,
+        out,
+    };
+    let logs = || support::tail_file(&started.log, 20) + &support::tail_file(&started.out, 20);
+    match waited {
+        Waited::Ready => Ok(started),
+        Waited::Exited(status) => Err(format!("sentinel {name} exited: {status}\n{}", logs())),
+        Waited::TimedOut => {
+            let text = format!("sentinel {name}: no PONG within 10 s\n{}", logs());
+            support::stop_child(started.child, name, Duration::from_secs(5));
+            Err(text)
+        }
+    }
+}
+
+/// The length of an array reply (`*N`), 0 for anything else.
+fn count(reply: &str) -> usize {
+    reply
+        .strip_prefix('*')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until every Sentinel knows its master's replicas and the other
+/// Sentinels (they find each other through the master, every 2 s), so
+/// that a test may kill one or ask for a failover at once.
+pub fn wait_ready(all: &[Expected]) -> Result<(), String> {
+    let deadline = Instant::now() + READY_DEADLINE;
+    for s in all {
+        loop {
+            let replicas = redis_cmd(s.port, None, &["SENTINEL", "replicas", &s.master])
+                .map_or(0, |r| count(&r));
+            let sentinels = redis_cmd(s.port, None, &["SENTINEL", "sentinels", &s.master])
+                .map_or(0, |r| count(&r));
+            if replicas >= s.replicas && sentinels >= s.sentinels {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "sentinel {}: knows {replicas} of {} replicas and {sentinels} of {} other sentinels after {} s",
+                    s.name,
+                    s.replicas,
+                    s.sentinels,
+                    READY_DEADLINE.as_secs()
+                ));
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
