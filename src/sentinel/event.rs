@@ -29,8 +29,20 @@ pub(crate) enum Event {
     },
 }
 
-/// The patterns the thread subscribes to.
-pub(crate) const PATTERNS: [&str; 5] = ["+sdown", "-sdown", "+odown", "-odown", "+switch-master"];
+/// The patterns the thread subscribes to: the C VMOD's, and
+/// `+promoted-slave`, which Sentinel publishes as soon as the replica it
+/// chose answers as a master, where `+switch-master` waits for the end of
+/// the failover (the other replicas reconfigured, or `failover-timeout`):
+/// writes sent in between would go to the old master and be lost when it
+/// is turned into a replica.
+pub(crate) const PATTERNS: [&str; 6] = [
+    "+sdown",
+    "-sdown",
+    "+odown",
+    "-odown",
+    "+switch-master",
+    "+promoted-slave",
+];
 
 /// `ip` and `port` as a location's text, or None when they are not an
 /// address and a port.
@@ -76,6 +88,15 @@ pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
                 name: name.to_string(),
                 old: address(old_ip, old_port)?,
                 new: address(new_ip, new_port)?,
+            }),
+            _ => None,
+        },
+        // `slave <ip:port> <ip> <port> @ <master name> <ip> <port>`
+        "+promoted-slave" => match words.as_slice() {
+            [_, _, ip, port, "@", name, old_ip, old_port] => Some(Event::SwitchMaster {
+                name: name.to_string(),
+                old: address(old_ip, old_port)?,
+                new: address(ip, port)?,
             }),
             _ => None,
         },
@@ -228,6 +249,28 @@ mod tests {
         );
         assert_eq!(
             parse_message(&pmessage("+switch-master", "main 127.0.0.1 0 127.0.0.1 x")),
+            None
+        );
+    }
+
+    #[test]
+    fn promoted_replica_is_a_switch() {
+        assert_eq!(
+            parse_message(&pmessage(
+                "+promoted-slave",
+                "slave 127.0.0.1:6380 127.0.0.1 6380 @ main 127.0.0.1 6379"
+            )),
+            Some(Event::SwitchMaster {
+                name: "main".into(),
+                old: "127.0.0.1:6379".into(),
+                new: "127.0.0.1:6380".into()
+            })
+        );
+        assert_eq!(
+            parse_message(&pmessage(
+                "+promoted-slave",
+                "slave 127.0.0.1:6380 127.0.0.1 6380"
+            )),
             None
         );
     }
