@@ -457,7 +457,8 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                     .iter()
                     .map(|a| expand(a, &macros))
                     .collect::<Result<Vec<_>, _>>()?;
-                let started = sentinel::start(&dir, name, master, at, &args)
+                let password = password_of(&args);
+                let started = sentinel::start(&dir, name, master, at, &args, password.as_deref())
                     .map_err(|e| format!("{e}{}", fx.logs()))?;
                 ports.insert(name.clone(), (Ipv4Addr::LOCALHOST, started.port));
                 sentinels.push(sentinel::Expected {
@@ -466,6 +467,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                     master: master.clone(),
                     replicas: replicas_of(&directives, master),
                     sentinels: 0,
+                    password,
                 });
                 macros.extend(server_macros(
                     &dir,

@@ -141,6 +141,13 @@ impl Runner {
     /// Sentinels in turn until stopped; a pause after a whole round of
     /// failures (a loop bounded in time by the stop flag).
     fn run(mut self) {
+        // What an earlier warm period learnt may be stale: only what
+        // Sentinel says from now on counts.
+        for db in &self.databases {
+            for server in &db.topology().servers {
+                server.health.set_down(false);
+            }
+        }
         let count = self.config.locations.len();
         let mut next = 0;
         let mut failed_in_row = 0;

@@ -35,6 +35,8 @@ pub struct Expected {
     pub master: String,
     pub replicas: usize,
     pub sentinels: usize,
+    /// `--requirepass` among its ARGs.
+    pub password: Option<String>,
 }
 
 /// Starts a Sentinel monitoring `master_at` as `master`; `extra` are
@@ -45,6 +47,7 @@ pub fn start(
     master: &str,
     master_at: (Ipv4Addr, u16),
     extra: &[String],
+    password: Option<&str>,
 ) -> Result<Started, String> {
     // Sentinel rewrites its configuration file: one per Sentinel, in the
     // test's directory.
@@ -87,7 +90,7 @@ pub fn start(
         &mut child,
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+        || redis_cmd(port, password, &["PING"]).is_ok_and(|r| r == "+PONG"),
     );
     let started = Started {
         child,
@@ -122,10 +125,11 @@ pub fn wait_ready(all: &[Expected]) -> Result<(), String> {
     let deadline = Instant::now() + READY_DEADLINE;
     for s in all {
         loop {
-            let replicas = redis_cmd(s.port, None, &["SENTINEL", "replicas", &s.master])
-                .map_or(0, |r| count(&r));
-            let sentinels = redis_cmd(s.port, None, &["SENTINEL", "sentinels", &s.master])
-                .map_or(0, |r| count(&r));
+            let password = s.password.as_deref();
+            let ask = |what: &str| {
+                redis_cmd(s.port, password, &["SENTINEL", what, &s.master]).map_or(0, |r| count(&r))
+            };
+            let (replicas, sentinels) = (ask("replicas"), ask("sentinels"));
             if replicas >= s.replicas && sentinels >= s.sentinels {
                 break;
             }
