@@ -26,6 +26,7 @@
 //! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
 //! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
+//! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
 //! ```
@@ -179,6 +180,8 @@ enum Directive {
         name: String,
         master: String,
         args: Vec<String>,
+        /// `#@ sentinel-tls`: a TLS port besides the plain one.
+        tls: bool,
     },
     Timeout(u64),
     Env(String, String),
@@ -216,13 +219,14 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                     args: params[2..].to_vec(),
                 }
             }
-            "sentinel" => match params {
+            "sentinel" | "sentinel-tls" => match params {
                 [name, master, args @ ..] => Directive::Sentinel {
                     name: name.clone(),
                     master: master.clone(),
                     args: args.to_vec(),
+                    tls: kind == "sentinel-tls",
                 },
-                _ => return Err(at("usage: #@ sentinel NAME MASTER [ARG...]".into())),
+                _ => return Err(at(format!("usage: #@ {kind} NAME MASTER [ARG...]"))),
             },
             "timeout" => match params {
                 [secs] => Directive::Timeout(
@@ -446,17 +450,34 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     let mut sentinels: Vec<sentinel::Expected> = Vec::new();
     for d in &directives {
         let (name, master, raw_args) = match d {
-            Directive::Sentinel { name, master, args } => {
+            Directive::Sentinel {
+                name,
+                master,
+                args,
+                tls,
+            } => {
                 if !valid_name(name) || ports.contains_key(name) {
                     return Err(format!("sentinel name {name:?}: [a-zA-Z0-9_], unique").into());
                 }
                 let at = *ports
                     .get(master)
                     .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
-                let args = args
-                    .iter()
-                    .map(|a| expand(a, &macros))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let tls_port = if *tls {
+                    if !macros.iter().any(|(k, _)| k == "tls_ca") {
+                        macros.extend(make_tls_material(&dir)?);
+                    }
+                    Some(support::free_port()?)
+                } else {
+                    None
+                };
+                let mut expanded = match tls_port {
+                    Some(port) => sentinel::tls_args(port, &macros)?,
+                    None => Vec::new(),
+                };
+                for arg in args {
+                    expanded.push(expand(arg, &macros)?);
+                }
+                let args = expanded;
                 let password = password_of(&args);
                 let started = sentinel::start(&dir, name, master, at, &args, password.as_deref())
                     .map_err(|e| format!("{e}{}", fx.logs()))?;
@@ -476,6 +497,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                     started.port,
                     started.child.id(),
                 ));
+                if let Some(port) = tls_port {
+                    macros.push((format!("{name}_tls_addr"), format!("127.0.0.1:{port}")));
+                    macros.push((format!("{name}_tls_port"), port.to_string()));
+                }
                 fx.servers.push(Server {
                     name: name.clone(),
                     host: Ipv4Addr::LOCALHOST,

@@ -110,6 +110,30 @@ pub fn start(
     }
 }
 
+/// The options of a TLS port (`port`) with the test material, whose paths
+/// are in `macros` (`tls_server_cert`...).
+pub fn tls_args(port: u16, macros: &[(String, String)]) -> Result<Vec<String>, String> {
+    let path = |name: &str| {
+        macros
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("no {name} macro"))
+    };
+    Ok(vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        path("tls_server_cert")?,
+        "--tls-key-file".into(),
+        path("tls_server_key")?,
+        "--tls-ca-cert-file".into(),
+        path("tls_ca")?,
+        "--tls-auth-clients".into(),
+        "optional".into(),
+    ])
+}
+
 /// The length of an array reply (`*N`), 0 for anything else.
 fn count(reply: &str) -> usize {
     reply
