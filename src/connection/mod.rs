@@ -627,6 +627,49 @@ impl Connection {
 mod tests {
     use super::*;
 
+    fn packed(args: &[&[u8]]) -> Vec<u8> {
+        let mut command = Command::new(args[0]);
+        for arg in &args[1..] {
+            command.push(arg);
+        }
+        command.packed().to_vec()
+    }
+
+    /// The Sentinel thread's use of a connection: subscribe, wait for
+    /// messages in short slices (a slice with nothing is no failure), and
+    /// get each message whole, RESP2 array or RESP3 push alike.
+    #[test]
+    fn subscribed_connection_receives_messages_between_timeouts() {
+        let redis = crate::testing::RedisProcess::start(&[]);
+        for protocol in [Protocol::Default, Protocol::Resp3] {
+            let location: Location = redis.location().parse().unwrap();
+            let connector = Connector::new(&location, None, None, protocol, None, None).unwrap();
+            let mut conn = connector.connect(&Stats::default()).unwrap();
+            let wait = Some(Duration::from_secs(2));
+            conn.send(&packed(&[b"PSUBSCRIBE", b"+sw*"]), wait).unwrap();
+            let ack = conn.receive(Duration::from_secs(2)).unwrap();
+            assert!(
+                matches!(&ack, Reply::Array(items) if items.len() == 3),
+                "{ack:?}"
+            );
+            let started = Instant::now();
+            assert!(matches!(
+                conn.receive(Duration::from_millis(50)),
+                Err(Failure::Timeout)
+            ));
+            assert!(started.elapsed() < Duration::from_secs(1));
+            assert!(!conn.is_broken());
+            assert_eq!(redis.cli(&["PUBLISH", "+switch", "main a b"]), "1");
+            let message = conn.receive(Duration::from_secs(2)).unwrap();
+            let Reply::Array(items) = message else {
+                panic!("not a message: {message:?}");
+            };
+            assert_eq!(items.len(), 4);
+            assert_eq!(items[0], Reply::String(b"pmessage".to_vec()));
+            assert_eq!(items[3], Reply::String(b"main a b".to_vec()));
+        }
+    }
+
     #[test]
     fn server_text_that_may_quote_a_password_is_not_shown() {
         let hello =
