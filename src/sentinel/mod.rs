@@ -48,8 +48,11 @@ const PING_AFTER: Duration = Duration::from_secs(1);
 /// The bound of a connect or a command when the VCL's timeout is 0
 /// ("none"): the thread must not hang on a Sentinel that never answers.
 const DEFAULT_WAIT: Duration = Duration::from_secs(2);
-/// Pause after every Sentinel of the list failed in a row.
+/// Pause after every Sentinel of the list failed in a row, doubled after
+/// each such round up to [`MAX_ROUND_PAUSE`] (each failure is logged: a
+/// list of dead Sentinels must not flood the log).
 const ROUND_PAUSE: Duration = Duration::from_millis(500);
+const MAX_ROUND_PAUSE: Duration = Duration::from_secs(5);
 
 /// The running thread of one VCL; dropping it stops and joins it.
 pub(crate) struct Monitor {
@@ -73,9 +76,20 @@ impl Monitor {
             stop: stop.clone(),
             log,
         };
+        let log = runner.log.clone();
         let thread = std::thread::Builder::new()
             .name("redis-sentinel".into())
-            .spawn(move || runner.run())?;
+            .spawn(move || {
+                // A bug must not go unnoticed: Sentinel's news would
+                // silently stop while the VCL keeps serving.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run()));
+                if run.is_err() {
+                    log(
+                        Level::Error,
+                        "[REDIS] sentinel: the thread stopped on an internal error (please report)",
+                    );
+                }
+            })?;
         Ok(Monitor {
             stop,
             thread: Some(thread),
@@ -151,6 +165,7 @@ impl Runner {
         let count = self.config.locations.len();
         let mut next = 0;
         let mut failed_in_row = 0;
+        let mut pause = ROUND_PAUSE;
         while !self.stopped() {
             let location = self.config.locations[next].clone();
             match self.session(&location) {
@@ -160,16 +175,22 @@ impl Runner {
                         Level::Error,
                         &format!("[REDIS] sentinel {location}: {reason}; trying the next one"),
                     );
-                    failed_in_row = if served { 1 } else { failed_in_row + 1 };
+                    if served {
+                        failed_in_row = 1;
+                        pause = ROUND_PAUSE;
+                    } else {
+                        failed_in_row += 1;
+                    }
                 }
             }
             next = (next + 1) % count;
             if failed_in_row >= count {
                 failed_in_row = 0;
-                let until = Instant::now() + ROUND_PAUSE;
+                let until = Instant::now() + pause;
                 while !self.stopped() && Instant::now() < until {
-                    std::thread::sleep(SLICE.min(ROUND_PAUSE));
+                    std::thread::sleep(SLICE);
                 }
+                pause = (pause * 2).min(MAX_ROUND_PAUSE);
             }
         }
     }
