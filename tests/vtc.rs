@@ -28,7 +28,7 @@
 //! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
 //! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
-//! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
+//! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
 //! ```
 //!
 //! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
@@ -516,7 +516,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 continue;
             }
             Directive::Env(name, value) => {
-                env.push((name.clone(), value.clone()));
+                env.push((name.clone(), expand(value, &macros)?));
                 continue;
             }
             Directive::Redis { name, args, .. } => (name, None, args),
