@@ -450,65 +450,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     let mut sentinels: Vec<sentinel::Expected> = Vec::new();
     for d in &directives {
         let (name, master, raw_args) = match d {
-            Directive::Sentinel {
-                name,
-                master,
-                args,
-                tls,
-            } => {
-                if !valid_name(name) || ports.contains_key(name) {
-                    return Err(format!("sentinel name {name:?}: [a-zA-Z0-9_], unique").into());
-                }
-                let at = *ports
-                    .get(master)
-                    .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
-                let tls_port = if *tls {
-                    if !macros.iter().any(|(k, _)| k == "tls_ca") {
-                        macros.extend(make_tls_material(&dir)?);
-                    }
-                    Some(support::free_port()?)
-                } else {
-                    None
-                };
-                let mut expanded = match tls_port {
-                    Some(port) => sentinel::tls_args(port, &macros)?,
-                    None => Vec::new(),
-                };
-                for arg in args {
-                    expanded.push(expand(arg, &macros)?);
-                }
-                let args = expanded;
-                let password = password_of(&args);
-                let started = sentinel::start(&dir, name, master, at, &args, password.as_deref())
-                    .map_err(|e| format!("{e}{}", fx.logs()))?;
-                ports.insert(name.clone(), (Ipv4Addr::LOCALHOST, started.port));
-                sentinels.push(sentinel::Expected {
-                    name: name.clone(),
-                    port: started.port,
-                    master: master.clone(),
-                    replicas: replicas_of(&directives, master),
-                    sentinels: 0,
-                    password,
-                });
-                macros.extend(server_macros(
-                    &dir,
-                    name,
-                    Ipv4Addr::LOCALHOST,
-                    started.port,
-                    started.child.id(),
-                ));
-                if let Some(port) = tls_port {
-                    macros.push((format!("{name}_tls_addr"), format!("127.0.0.1:{port}")));
-                    macros.push((format!("{name}_tls_port"), port.to_string()));
-                }
-                fx.servers.push(Server {
-                    name: name.clone(),
-                    host: Ipv4Addr::LOCALHOST,
-                    port: started.port,
-                    child: started.child,
-                    log: started.log,
-                    out: started.out,
-                });
+            Directive::Sentinel { .. } => {
+                let started =
+                    start_sentinel(d, &directives, &dir, &mut ports, &mut macros, &mut fx);
+                sentinels.push(started?);
                 continue;
             }
             Directive::Timeout(t) => {
@@ -582,7 +527,16 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             }
         }
         ports.insert(name.clone(), (host, port));
-        macros.extend(server_macros(&dir, name, host, port, pid));
+        let sock = dir.join(format!("{name}.sock")).display().to_string();
+        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+        macros.push((format!("{name}_host"), host.to_string()));
+        macros.push((
+            format!("{name}_restart"),
+            dir.join(format!("{name}.restart")).display().to_string(),
+        ));
+        macros.push((format!("{name}_port"), port.to_string()));
+        macros.push((format!("{name}_sock"), sock));
+        macros.push((format!("{name}_pid"), pid.to_string()));
         if let Some(tls_port) = tls_port {
             macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
             macros.push((format!("{name}_tls_port"), tls_port.to_string()));
@@ -636,24 +590,76 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     .into())
 }
 
-/// `${NAME_addr}`, `_host`, `_restart`, `_port`, `_sock`, `_pid`.
-fn server_macros(
+/// `#@ sentinel` / `#@ sentinel-tls`: starts the Sentinel (see
+/// tests/support/sentinel.rs), adds its macros (`${NAME_addr}`, `_host`,
+/// `_port`, `_pid`; `_tls_addr`, `_tls_port`) and hands it to the fixture.
+fn start_sentinel(
+    directive: &Directive,
+    directives: &[Directive],
     dir: &Path,
-    name: &str,
-    host: Ipv4Addr,
-    port: u16,
-    pid: u32,
-) -> Vec<(String, String)> {
-    let sock = dir.join(format!("{name}.sock")).display().to_string();
-    let restart = dir.join(format!("{name}.restart")).display().to_string();
-    vec![
-        (format!("{name}_addr"), format!("{host}:{port}")),
-        (format!("{name}_host"), host.to_string()),
-        (format!("{name}_restart"), restart),
-        (format!("{name}_port"), port.to_string()),
-        (format!("{name}_sock"), sock),
-        (format!("{name}_pid"), pid.to_string()),
-    ]
+    ports: &mut HashMap<String, (Ipv4Addr, u16)>,
+    macros: &mut Vec<(String, String)>,
+    fx: &mut Fixture,
+) -> Result<sentinel::Expected, String> {
+    let Directive::Sentinel {
+        name,
+        master,
+        args,
+        tls,
+    } = directive
+    else {
+        return Err("not a sentinel directive".into());
+    };
+    if !valid_name(name) || ports.contains_key(name) {
+        return Err(format!("sentinel name {name:?}: [a-zA-Z0-9_], unique"));
+    }
+    let at = *ports
+        .get(master)
+        .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
+    let tls_port = if *tls {
+        if !macros.iter().any(|(k, _)| k == "tls_ca") {
+            macros.extend(make_tls_material(dir)?);
+        }
+        Some(support::free_port()?)
+    } else {
+        None
+    };
+    let mut expanded = match tls_port {
+        Some(port) => sentinel::tls_args(port, macros)?,
+        None => Vec::new(),
+    };
+    for arg in args {
+        expanded.push(expand(arg, macros)?);
+    }
+    let password = password_of(&expanded);
+    let started = sentinel::start(dir, name, master, at, &expanded, password.as_deref())
+        .map_err(|e| format!("{e}{}", fx.logs()))?;
+    let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
+    ports.insert(name.clone(), (host, port));
+    macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+    macros.push((format!("{name}_host"), host.to_string()));
+    macros.push((format!("{name}_port"), port.to_string()));
+    macros.push((format!("{name}_pid"), pid.to_string()));
+    if let Some(tls_port) = tls_port {
+        macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
+        macros.push((format!("{name}_tls_port"), tls_port.to_string()));
+    }
+    fx.servers.push(Server {
+        name: name.clone(),
+        host,
+        port,
+        child: started.child,
+        log: started.log,
+        out: started.out,
+    });
+    Ok(sentinel::Expected {
+        name: name.clone(),
+        port,
+        master: master.clone(),
+        replicas: replicas_of(directives, master),
+        sentinels: 0,
+        password,
+    })
 }
 
 /// How many `#@ replica` of `master` the file declares.
