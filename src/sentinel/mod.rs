@@ -245,6 +245,7 @@ impl Runner {
                     heard = Instant::now();
                     ping_sent = None;
                     if let Reply::Error(text) = &reply {
+                        let text = crate::connection::loggable_error(text);
                         return failed(format!("error on the subscribed connection: {text}"), true);
                     }
                     if let Some(event) = event::parse_message(&reply) {
@@ -289,7 +290,11 @@ impl Runner {
     /// of this Sentinel.
     fn ask(&self, conn: &mut Connection, args: &[&str]) -> Result<Reply, String> {
         match conn.request(&packed(args), Some(self.command_wait())) {
-            Ok(Reply::Error(text)) => Err(format!("{}: {text}", args.join(" "))),
+            Ok(Reply::Error(text)) => Err(format!(
+                "{}: {}",
+                args.join(" "),
+                crate::connection::loggable_error(&text)
+            )),
             Ok(reply) => Ok(reply),
             Err(err) => Err(format!("{}: {err}", args.join(" "))),
         }
