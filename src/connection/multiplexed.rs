@@ -93,8 +93,12 @@ impl Slot {
 pub(crate) enum MuxError {
     /// Opening the connection failed (the error of the connect).
     Connect(Error),
-    /// The request was written (or queued) and got no reply.
+    /// This worker's own write or read failed, and the connection with
+    /// it: count it as dropped.
     Failed(Failure),
+    /// No reply, but the connection was not dropped by this worker: its
+    /// wait ended at its deadline, or another worker's read failed.
+    Collateral(Failure),
 }
 
 /// The same failure for every request the connection took down with it.
@@ -145,13 +149,14 @@ impl Multiplexed {
     }
 
     /// Sends one packed request and waits for its reply until `deadline`
-    /// (none: as long as it takes). `connect` opens the connection when
-    /// none is open; it runs on the worker that drives.
+    /// (none: as long as it takes). `refresh` gets the idle connection (or
+    /// none) when nothing is in flight on it, and returns it if it is still
+    /// good, else a new one; it runs on the worker that drives.
     pub(crate) fn request(
         &self,
         packed: &[u8],
         deadline: Option<Instant>,
-        connect: &mut dyn FnMut() -> Result<Connection, Error>,
+        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
         let slot = Slot::new();
         {
@@ -161,15 +166,15 @@ impl Multiplexed {
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(&slot, deadline, connect);
+                return self.drive(&slot, deadline, refresh);
             }
         }
         loop {
             if let Some(result) = slot.take() {
-                return result.map_err(MuxError::Failed);
+                return result.map_err(MuxError::Collateral);
             }
             if slot.drive.load(Ordering::Acquire) {
-                return self.drive(&slot, deadline, connect);
+                return self.drive(&slot, deadline, refresh);
             }
             match deadline {
                 None => thread::park(),
@@ -181,14 +186,14 @@ impl Multiplexed {
                     }
                     let state = self.state.lock();
                     if let Some(result) = slot.take() {
-                        return result.map_err(MuxError::Failed);
+                        return result.map_err(MuxError::Collateral);
                     }
                     if slot.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(&slot, deadline.into(), connect);
+                        return self.drive(&slot, deadline.into(), refresh);
                     }
                     slot.abandoned.store(true, Ordering::Relaxed);
-                    return Err(MuxError::Failed(Failure::Timeout));
+                    return Err(MuxError::Collateral(Failure::Timeout));
                 }
             }
         }
@@ -200,41 +205,49 @@ impl Multiplexed {
         &self,
         mine: &Arc<Slot>,
         deadline: Option<Instant>,
-        connect: &mut dyn FnMut() -> Result<Connection, Error>,
+        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
         mine.drive.store(false, Ordering::Relaxed);
-        let idle = self.state.lock().conn.take();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => match connect() {
-                Ok(conn) => {
+        let (idle, quiet) = {
+            let mut state = self.state.lock();
+            (state.conn.take(), state.in_flight.is_empty())
+        };
+        let idle_created = idle.as_ref().map(Connection::created);
+        let refreshed = match idle {
+            // Replies still owed: this connection, whatever its age.
+            Some(conn) if !quiet => Ok(conn),
+            idle => refresh(idle),
+        };
+        let mut conn = match refreshed {
+            Ok(conn) => {
+                if idle_created != Some(conn.created()) {
                     self.state.lock().role_asked = false;
-                    conn
                 }
-                Err(err) => {
-                    // The requests queued behind this one fail with it:
-                    // the next of them to be retried connects again.
-                    let mut state = self.state.lock();
-                    state.unsent.clear();
-                    for slot in std::mem::take(&mut state.unsent_slots) {
-                        if !Arc::ptr_eq(&slot, mine) {
-                            let failure = io::Error::new(
-                                io::ErrorKind::NotConnected,
-                                format!("connecting failed: {err}"),
-                            );
-                            slot.deliver(Err(Failure::Io(failure)));
-                        }
+                conn
+            }
+            Err(err) => {
+                // The requests queued behind this one fail with it: the
+                // next of them to be retried connects again.
+                let mut state = self.state.lock();
+                state.unsent.clear();
+                for slot in std::mem::take(&mut state.unsent_slots) {
+                    if !Arc::ptr_eq(&slot, mine) {
+                        let failure = io::Error::new(
+                            io::ErrorKind::NotConnected,
+                            format!("connecting failed: {err}"),
+                        );
+                        slot.deliver(Err(Failure::Io(failure)));
                     }
-                    self.pass_driving(&mut state, None);
-                    return Err(MuxError::Connect(err));
                 }
-            },
+                self.pass_driving(&mut state, None);
+                return Err(MuxError::Connect(err));
+            }
         };
         loop {
             if let Some(result) = mine.take() {
                 let mut state = self.state.lock();
                 self.pass_driving(&mut state, Some(conn));
-                return result.map_err(MuxError::Failed);
+                return result.map_err(MuxError::Collateral);
             }
             let batch = {
                 let mut state = self.state.lock();
@@ -276,7 +289,11 @@ impl Multiplexed {
                     // This worker's deadline: someone else reads on, with
                     // theirs.
                     mine.abandoned.store(true, Ordering::Relaxed);
-                    self.pass_driving(&mut state, Some(conn));
+                    if self.pass_driving(&mut state, Some(conn)) {
+                        return Err(MuxError::Collateral(Failure::Timeout));
+                    }
+                    // Nobody else waits: the connection, which still owes
+                    // this reply, was closed.
                     return Err(MuxError::Failed(Failure::Timeout));
                 }
                 Err(failure) => {
@@ -297,7 +314,8 @@ impl Multiplexed {
     /// Ends this worker's driving: the oldest worker still waiting drives
     /// next; with nobody waiting the connection goes back idle, unless it
     /// still owes replies to abandoned requests (closed then).
-    fn pass_driving(&self, state: &mut State, conn: Option<Connection>) {
+    /// Returns whether the connection stays open.
+    fn pass_driving(&self, state: &mut State, conn: Option<Connection>) -> bool {
         let next = state
             .in_flight
             .iter()
@@ -306,9 +324,11 @@ impl Multiplexed {
             .cloned();
         match next {
             Some(next) => {
+                let open = conn.is_some();
                 state.conn = conn;
                 next.drive.store(true, Ordering::Release);
                 next.thread.unpark();
+                open
             }
             None => {
                 // Only abandoned requests, if any, are left: no reply on
@@ -319,6 +339,7 @@ impl Multiplexed {
                 state.unsent.clear();
                 state.conn = conn.filter(|_| !owes);
                 state.driving = false;
+                state.conn.is_some()
             }
         }
     }

@@ -29,7 +29,9 @@ fn run(
     deadline: Option<Instant>,
 ) -> Result<Reply, MuxError> {
     let stats = Stats::default();
-    mux.request(&packed(args), deadline, &mut || connector.connect(&stats))
+    mux.request(&packed(args), deadline, &mut |idle| {
+        idle.map_or_else(|| connector.connect(&stats), Ok)
+    })
 }
 
 /// Redis's clients on its socket, `redis-cli` itself excluded.
@@ -87,8 +89,9 @@ fn a_reply_that_comes_after_the_deadline_is_dropped_in_order() {
         let get = run(&mux, &connector, &["GET", "k"], Some(deadline)).unwrap();
         assert_eq!(get, Reply::String(b"v".to_vec()));
         let slow = slow.join().unwrap();
+        // The connection stays: not counted as dropped.
         assert!(
-            matches!(slow, Err(MuxError::Failed(Failure::Timeout))),
+            matches!(slow, Err(MuxError::Collateral(Failure::Timeout))),
             "{slow:?}"
         );
     });
@@ -142,13 +145,20 @@ fn a_broken_connection_fails_every_request_on_it_then_reconnects() {
         }
         std::thread::sleep(Duration::from_millis(50));
         redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        let mut counted = 0;
         for handle in handles {
             let result = handle.join().unwrap();
+            counted += usize::from(matches!(result, Err(MuxError::Failed(_))));
             assert!(
-                matches!(result, Err(MuxError::Failed(Failure::HungUp(_)))),
+                matches!(
+                    result,
+                    Err(MuxError::Failed(Failure::HungUp(_))
+                        | MuxError::Collateral(Failure::HungUp(_)))
+                ),
                 "{result:?}"
             );
         }
+        assert_eq!(counted, 1, "one dropped connection, counted once");
     });
     assert!(!mux.is_open());
     let ping = run(&mux, &connector, &["PING"], None).unwrap();
@@ -161,13 +171,15 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
     let connector = connector(&redis);
     let mux = Multiplexed::default();
     let stats = Stats::default();
-    let refused = mux.request(&packed(&["PING"]), None, &mut || {
+    let refused = mux.request(&packed(&["PING"]), None, &mut |_| {
         Err(Error::Backoff {
             server: "test".into(),
             retry_in_ms: 1,
         })
     });
     assert!(matches!(refused, Err(MuxError::Connect(_))), "{refused:?}");
-    let ping = mux.request(&packed(&["PING"]), None, &mut || connector.connect(&stats));
+    let ping = mux.request(&packed(&["PING"]), None, &mut |idle| {
+        idle.map_or_else(|| connector.connect(&stats), Ok)
+    });
     assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
 }
