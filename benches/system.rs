@@ -123,8 +123,9 @@ usage: cargo bench --bench system -- [options]
   --s2-secs N         S2/S3 seconds per run (default 20, quick 5)
   --s2-conns N        S2/S3 wrk connections (default 400)
   --s2-reps N         S2/S3 repetitions of every column, alternated (default 1)
-  --s2-columns LIST   S2 columns, e.g. private,10,1 (none, private or a shared
-                      max_connections; default: none,private,1000,400,100,25,10,4,2,1)
+  --s2-columns LIST   S2 columns, e.g. private,10,1,p1 (none, private, a shared
+                      max_connections, or pN: ours pipelined on N connections, theirs
+                      shared N; default: none,private,1000,400,100,25,10,4,2,1)
   --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
   --out DIR           report directory (default benches/results)
   --ours PATH         use this libvmod_redis.so instead of building one
@@ -204,6 +205,13 @@ fn parse_opts() -> Res<Option<Opts>> {
                     modes.push(match part.trim() {
                         "none" => Mode::NoRedis,
                         "private" => Mode::Private,
+                        p if p.starts_with('p') => Mode::Pipelined(
+                            p[1..]
+                                .parse()
+                                .ok()
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| format!("--s2-columns: unknown column {p}"))?,
+                        ),
                         n => Mode::Shared(
                             n.parse()
                                 .ok()
@@ -863,6 +871,17 @@ fn s1_load(o: &Opts, url: &str, secs: u32, kind: &str) -> Res<Load> {
 // VCL
 
 fn db_new(location: &str, ttl: u32, shared: bool, max: u32) -> String {
+    db_new_pipelining(location, ttl, shared, max, false)
+}
+
+/// `redis.db()` of the S2 / S3 VCL; `pipelining` adds the [ext] argument
+/// (ours only: the C VMOD has no such argument).
+fn db_new_pipelining(location: &str, ttl: u32, shared: bool, max: u32, pipelining: bool) -> String {
+    let pipelining = if pipelining {
+        ",\n        pipelining=true"
+    } else {
+        ""
+    };
     format!(
         "    new db = redis.db(
         location=\"{location}\",
@@ -875,7 +894,7 @@ fn db_new(location: &str, ttl: u32, shared: bool, max: u32) -> String {
         max_connections={max},
         password=\"\",
         sickness_ttl=0,
-        max_cluster_hops=0);
+        max_cluster_hops=0{pipelining});
 "
     )
 }
@@ -1361,6 +1380,9 @@ enum Mode {
     NoRedis,
     Private,
     Shared(u32),
+    /// Ours with [ext] `pipelining=true` on this many connections; the C
+    /// VMOD, which cannot pipeline, runs as `Shared` with as many.
+    Pipelined(u32),
 }
 
 impl Mode {
@@ -1369,6 +1391,7 @@ impl Mode {
             Mode::NoRedis => "no Redis".into(),
             Mode::Private => "private".into(),
             Mode::Shared(n) => format!("shared {n}"),
+            Mode::Pipelined(n) => format!("pipelined {n} (theirs: shared {n})"),
         }
     }
 }
@@ -1462,11 +1485,12 @@ fn run_load(o: &Opts, env: &mut Env, redis: &mut Redis, cfg: RunCfg, vmod: Vmod)
     };
     let (shared, max) = match cfg.mode {
         Mode::NoRedis | Mode::Private => (false, 1),
-        Mode::Shared(n) => (true, n),
+        Mode::Shared(n) | Mode::Pipelined(n) => (true, n),
     };
+    let pipelining = matches!(cfg.mode, Mode::Pipelined(_)) && matches!(vmod, Vmod::Ours);
     let vcl = s2_vcl(
         &env.import_line(vmod),
-        &db_new(&location, cfg.ttl, shared, max),
+        &db_new_pipelining(&location, cfg.ttl, shared, max, pipelining),
         cfg.mode != Mode::NoRedis,
     );
     let label = format!(
@@ -1476,6 +1500,7 @@ fn run_load(o: &Opts, env: &mut Env, redis: &mut Redis, cfg: RunCfg, vmod: Vmod)
             Mode::NoRedis => "none".to_owned(),
             Mode::Private => "private".to_owned(),
             Mode::Shared(n) => format!("shared{n}"),
+            Mode::Pipelined(n) => format!("pipelined{n}"),
         },
         if cfg.unix { "-unix" } else { "" },
         cfg.ttl

@@ -515,6 +515,15 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether a whole reply (or push) is already buffered: reading it
+    /// costs no system call.
+    pub(crate) fn has_buffered_reply(&mut self) -> bool {
+        matches!(
+            resp::scan_from(&self.buf[self.start..self.end], &mut self.scan),
+            Ok(Some(_))
+        )
+    }
+
     /// Reads the next reply, skipping RESP3 pushes, in about `timeout` at
     /// most. Bytes after it stay buffered for the next read: the replies
     /// of later requests when several were written.

@@ -280,7 +280,20 @@ impl Multiplexed {
                         .pop_front()
                         .expect("a reply answers a request in flight");
                     if Arc::ptr_eq(&slot, mine) {
-                        self.pass_driving(&mut state, Some(conn));
+                        drop(state);
+                        // The replies already read for others are handed
+                        // out before passing the driving on: each hand-off
+                        // costs the next driver a wake-up.
+                        while conn.has_buffered_reply() {
+                            let Ok(reply) = conn.read_reply(Some(Duration::from_millis(1))) else {
+                                break;
+                            };
+                            let next = self.state.lock().in_flight.pop_front();
+                            if let Some(next) = next {
+                                next.deliver(Ok(reply));
+                            }
+                        }
+                        self.pass_driving(&mut self.state.lock(), Some(conn));
                         return Ok(reply);
                     }
                     slot.deliver(Ok(reply));
