@@ -106,13 +106,13 @@ fn main() {
     let soak_secs = env_u64("FAULTS_SOAK_SECS", 600);
     let churn_long = env_u64("FAULTS_CHURN_LONG", 200) as usize;
     let mut trials = Vec::new();
-    for mode in [Mode::Private, Mode::Shared] {
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
             format!("s1.kill-restart.{}", mode.name()),
             move || s1_kill_restart(mode),
         ));
     }
-    for mode in [Mode::Private, Mode::Shared] {
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         for retries in [0, 1] {
             trials.push(Trial::test(
                 format!("s2.freeze.{}.retries{retries}", mode.name()),
@@ -126,6 +126,9 @@ fn main() {
     trials.push(Trial::test("s3.pool-exhaustion.private", || {
         s3_pool_exhaustion(Mode::Private)
     }));
+    trials.push(Trial::test("s3.pool-exhaustion.pipelined", || {
+        s3_pool_exhaustion(Mode::Pipelined)
+    }));
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(
         Trial::test(format!("s6.vcl-churn.{churn_long}"), move || {
@@ -133,7 +136,7 @@ fn main() {
         })
         .with_ignored_flag(true),
     );
-    for mode in [Mode::Private, Mode::Shared] {
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(
             Trial::test(format!("s7.soak.{}", mode.name()), move || {
                 s7_soak(mode, Duration::from_secs(soak_secs))
@@ -1045,6 +1048,8 @@ fn check_counters(f: &Figures, c: &Counters, failures: &mut Vec<String>) {
 enum Mode {
     Private,
     Shared,
+    /// Shared, with [ext] `pipelining=true`.
+    Pipelined,
 }
 
 impl Mode {
@@ -1052,7 +1057,12 @@ impl Mode {
         match self {
             Mode::Private => "private",
             Mode::Shared => "shared",
+            Mode::Pipelined => "pipelined",
         }
+    }
+
+    fn shared(self) -> bool {
+        self != Mode::Private
     }
 }
 
@@ -1072,7 +1082,7 @@ impl DbSpec {
         DbSpec {
             name,
             mode,
-            max_connections: if mode == Mode::Shared { 8 } else { 1 },
+            max_connections: if mode.shared() { 8 } else { 1 },
             connection_timeout: 500,
             command_timeout: 500,
             retries: 0,
@@ -1097,14 +1107,19 @@ fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> String {
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = master,\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = master,\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{});\n",
             db.name,
-            db.mode == Mode::Shared,
+            db.mode.shared(),
             db.max_connections,
             db.connection_timeout,
             db.command_timeout,
             db.retries,
-            db.sickness_ttl
+            db.sickness_ttl,
+            if db.mode == Mode::Pipelined {
+                ", pipelining = true"
+            } else {
+                ""
+            }
         ));
     }
     v.push_str(
@@ -1467,6 +1482,9 @@ impl Setup {
 fn connection_bound(db: &DbSpec) -> usize {
     match db.mode {
         Mode::Shared => db.max_connections as usize,
+        // The multiplexed connections, and as many ordinary ones for the
+        // commands that cannot share one.
+        Mode::Pipelined => 2 * db.max_connections as usize,
         Mode::Private => (WORKER_THREADS * db.max_connections) as usize,
     }
 }
@@ -1598,7 +1616,7 @@ fn s1_kill_restart(mode: Mode) -> Result<(), Failed> {
 
 fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
     let mut db = DbSpec::new("db", mode);
-    db.max_connections = if mode == Mode::Shared { 4 } else { 1 };
+    db.max_connections = if mode.shared() { 4 } else { 1 };
     db.connection_timeout = 200;
     db.command_timeout = 200;
     db.retries = retries;
@@ -1642,6 +1660,7 @@ fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
         db.command_timeout,
         match mode {
             Mode::Shared => format!("shared pool of {}", db.max_connections),
+            Mode::Pipelined => format!("{} pipelined connections", db.max_connections),
             Mode::Private => "private".into(),
         },
         bound.as_millis()
@@ -1750,10 +1769,11 @@ fn s3_pool_exhaustion(mode: Mode) -> Result<(), Failed> {
         s.say(format!("{phase}: child under load: {under_load}"));
         check_answers(&all, &mut s.failures);
         check_worst(&all, bound, &format!("{phase}: "), &mut s.failures);
-        // Private mode has no admission control: with slow commands, 200
-        // connections each queue one, Redis still runs the ones whose
-        // worker gave up, and goodput may collapse (reported, not checked:
-        // every request is still bounded).
+        // Private and pipelined modes have no admission control: with slow
+        // commands, 200 workers each queue one in Redis (on their own
+        // connections, or on the pipelined one), Redis still runs the ones
+        // whose worker gave up, and goodput may collapse (reported, not
+        // checked: every request is still bounded).
         let slow = !samples.is_empty();
         if mode == Mode::Shared || !slow {
             s.check(slices.iter().all(|&n| n > 0), || {
@@ -1770,6 +1790,17 @@ fn s3_pool_exhaustion(mode: Mode) -> Result<(), Failed> {
                 s.check(under_load.redis_fds <= 1, || {
                     format!(
                         "{phase}: {} Redis connections under load, pool of 1",
+                        under_load.redis_fds
+                    )
+                });
+            }
+            Mode::Pipelined => {
+                s.check(blocked == 0, || {
+                    format!("{phase}: pipelining counted {blocked} blocked workers")
+                });
+                s.check(under_load.redis_fds <= 1, || {
+                    format!(
+                        "{phase}: {} Redis connections under load, one pipelined connection",
                         under_load.redis_fds
                     )
                 });
@@ -2078,7 +2109,7 @@ fn s7_soak(mode: Mode, duration: Duration) -> Result<(), Failed> {
         .max()
         .unwrap_or(0);
     let bound = match mode {
-        Mode::Shared => db.max_connections as u64,
+        Mode::Shared | Mode::Pipelined => connection_bound(&db) as u64,
         Mode::Private => {
             samples.iter().map(|(_, _, t)| *t).min().unwrap_or(0) * u64::from(db.max_connections)
         }
@@ -2087,6 +2118,7 @@ fn s7_soak(mode: Mode, duration: Duration) -> Result<(), Failed> {
         "Redis connections: at most {max_redis} held by the child, {max_clients} seen by Redis; bound {bound} ({})",
         match mode {
             Mode::Shared => "max_connections",
+            Mode::Pipelined => "2 x max_connections",
             Mode::Private => "worker threads x max_connections",
         }
     ));
