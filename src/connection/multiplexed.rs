@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use super::{Connection, Failure};
 use crate::error::Error;
 use crate::reply::Reply;
+use crate::stats::{Counter, Stats};
 
 /// One connection shared by many workers, and the requests on it.
 #[derive(Default)]
@@ -156,6 +157,7 @@ impl Multiplexed {
         &self,
         packed: &[u8],
         deadline: Option<Instant>,
+        stats: &Stats,
         refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
         let slot = Slot::new();
@@ -166,7 +168,7 @@ impl Multiplexed {
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(&slot, deadline, refresh);
+                return self.drive(&slot, deadline, stats, refresh);
             }
         }
         loop {
@@ -174,7 +176,7 @@ impl Multiplexed {
                 return result.map_err(MuxError::Collateral);
             }
             if slot.drive.load(Ordering::Acquire) {
-                return self.drive(&slot, deadline, refresh);
+                return self.drive(&slot, deadline, stats, refresh);
             }
             match deadline {
                 None => thread::park(),
@@ -190,7 +192,7 @@ impl Multiplexed {
                     }
                     if slot.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(&slot, deadline.into(), refresh);
+                        return self.drive(&slot, deadline.into(), stats, refresh);
                     }
                     slot.abandoned.store(true, Ordering::Relaxed);
                     return Err(MuxError::Collateral(Failure::Timeout));
@@ -205,6 +207,7 @@ impl Multiplexed {
         &self,
         mine: &Arc<Slot>,
         deadline: Option<Instant>,
+        stats: &Stats,
         refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
         mine.drive.store(false, Ordering::Relaxed);
@@ -252,6 +255,10 @@ impl Multiplexed {
             let batch = {
                 let mut state = self.state.lock();
                 let slots = std::mem::take(&mut state.unsent_slots);
+                if !slots.is_empty() {
+                    stats.inc(Counter::PipelineBatches);
+                    stats.add(Counter::PipelineCommands, slots.len() as u64);
+                }
                 state.in_flight.extend(slots);
                 std::mem::take(&mut state.unsent)
             };

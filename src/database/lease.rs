@@ -84,7 +84,7 @@ impl Lease<'_> {
                 };
                 lease
                     .mux
-                    .request(packed, deadline, &mut refresh)
+                    .request(packed, deadline, &db.stats, &mut refresh)
                     .map_err(|err| match err {
                         MuxError::Connect(err) => RequestError::Connect(err),
                         MuxError::Failed(failure) => failed(failure),

@@ -827,6 +827,11 @@ fn pipelined_workers_share_one_connection_and_each_reads_its_own_key() {
     let stats = db.stats();
     assert_eq!(stats.get(Counter::CommandsTotal), 12 * (400 + 3) + 1);
     assert_eq!(stats.get(Counter::CommandsFailed), 0);
+    // Every command but the transactions' went through the multiplexed
+    // connection, written once each.
+    assert_eq!(stats.get(Counter::PipelineCommands), 12 * 400 + 1);
+    let batches = stats.get(Counter::PipelineBatches);
+    assert!((1..=12 * 400 + 1).contains(&batches), "{batches}");
     // One multiplexed connection, and one ordinary one for the
     // transactions (max_connections=1: they waited for each other).
     assert_eq!(stats.get(Counter::ConnectionsTotal), 2);

@@ -29,7 +29,7 @@ fn run(
     deadline: Option<Instant>,
 ) -> Result<Reply, MuxError> {
     let stats = Stats::default();
-    mux.request(&packed(args), deadline, &mut |idle| {
+    mux.request(&packed(args), deadline, &stats, &mut |idle| {
         idle.map_or_else(|| connector.connect(&stats), Ok)
     })
 }
@@ -171,14 +171,14 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
     let connector = connector(&redis);
     let mux = Multiplexed::default();
     let stats = Stats::default();
-    let refused = mux.request(&packed(&["PING"]), None, &mut |_| {
+    let refused = mux.request(&packed(&["PING"]), None, &stats, &mut |_| {
         Err(Error::Backoff {
             server: "test".into(),
             retry_in_ms: 1,
         })
     });
     assert!(matches!(refused, Err(MuxError::Connect(_))), "{refused:?}");
-    let ping = mux.request(&packed(&["PING"]), None, &mut |idle| {
+    let ping = mux.request(&packed(&["PING"]), None, &stats, &mut |idle| {
         idle.map_or_else(|| connector.connect(&stats), Ok)
     });
     assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
