@@ -121,7 +121,7 @@ usage: cargo bench --bench system -- [options]
   --reps N            S1 repetitions (default 5, quick 2)
   --s1-secs N         S1 seconds per cell (default 3, quick 2)
   --s2-secs N         S2/S3 seconds per run (default 20, quick 5)
-  --s2-conns N        S2/S3 wrk connections (default 400)
+  --s2-conns N        S2/S3 wrk connections (default 400; 1: one client, one wrk thread)
   --s2-reps N         S2/S3 repetitions of every column, alternated (default 1)
   --s2-columns LIST   S2 columns, e.g. private,10,1,p1 (none, private, a shared
                       max_connections, or pN: ours pipelined on N connections, theirs
@@ -197,7 +197,11 @@ fn parse_opts() -> Res<Option<Opts>> {
             "--reps" => o.reps = number("--reps", value("--reps")?)? as usize,
             "--s1-secs" => o.s1_secs = number("--s1-secs", value("--s1-secs")?)?,
             "--s2-secs" => o.s2_secs = number("--s2-secs", value("--s2-secs")?)?,
-            "--s2-conns" => o.s2_conns = number("--s2-conns", value("--s2-conns")?)?,
+            "--s2-conns" => {
+                o.s2_conns = number("--s2-conns", value("--s2-conns")?)?;
+                // wrk needs a connection per thread at least.
+                o.s2_threads = o.s2_threads.min(o.s2_conns.max(1));
+            }
             "--s2-reps" => o.s2_reps = number("--s2-reps", value("--s2-reps")?)? as usize,
             "--s2-columns" => {
                 let mut modes = Vec::new();
