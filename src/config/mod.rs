@@ -73,6 +73,10 @@ pub enum ConfigError {
     /// TLS asked for a UNIX socket location.
     #[error("tls=true needs a host:port location, not the UNIX socket \"{location}\"")]
     TlsOverUnix { location: String },
+    /// [ext] `pipelining=true` multiplexes the shared pool's connections;
+    /// private connections have nothing to share.
+    #[error("pipelining=true needs shared_connections=true")]
+    PipeliningWithoutSharing,
     /// A feature that this VMOD declares but does not implement yet.
     #[error("{what} is not supported yet")]
     NotSupported {
@@ -192,6 +196,7 @@ pub struct DbArgs<'a> {
     pub ignore_slaves: bool,
     pub max_cluster_hops: i64,
     pub debug: bool,
+    pub pipelining: bool,
 }
 
 impl Default for DbArgs<'_> {
@@ -220,6 +225,7 @@ impl Default for DbArgs<'_> {
             ignore_slaves: false,
             max_cluster_hops: 32,
             debug: false,
+            pipelining: false,
         }
     }
 }
@@ -275,6 +281,7 @@ pub struct DbConfig {
     /// 0: unlimited.
     pub max_cluster_hops: u32,
     pub debug: bool,
+    pub pipelining: bool,
 }
 
 /// A non-negative count that fits in u32.
@@ -369,6 +376,9 @@ impl DbConfig {
         let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
+        if args.pipelining && !args.shared_connections {
+            return Err(ConfigError::PipeliningWithoutSharing);
+        }
         Ok(DbConfig {
             location,
             role,
@@ -386,6 +396,7 @@ impl DbConfig {
             ignore_slaves: args.ignore_slaves,
             max_cluster_hops,
             debug: args.debug,
+            pipelining: args.pipelining,
         })
     }
 }

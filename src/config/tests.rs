@@ -594,3 +594,12 @@ fn password_stays_out_of_debug_output() {
     assert!(format!("{c:?}").contains("password: None"));
     assert!(!format!("{:?}", args("x:1")).contains("<redacted>"));
 }
+
+#[test]
+fn pipelining_needs_shared_connections() {
+    let mut a = args("127.0.0.1:6379");
+    a.pipelining = true;
+    assert!(DbConfig::from_args(&a).unwrap().pipelining);
+    a.shared_connections = false;
+    assert_eq!(err(a), "pipelining=true needs shared_connections=true");
+}
