@@ -67,6 +67,15 @@ impl Lease<'_> {
         self.conn().set_role_asked();
     }
 
+    /// Whether `READONLY` was sent on this connection (cluster replicas).
+    pub(super) fn readonly_sent(&mut self) -> bool {
+        self.conn().readonly_sent()
+    }
+
+    pub(super) fn set_readonly_sent(&mut self) {
+        self.conn().set_readonly_sent();
+    }
+
     fn conn(&mut self) -> &mut Connection {
         match self {
             Lease::Private(lease) => lease
