@@ -25,6 +25,7 @@
 //! #@ redis NAME [ARG...]           standalone redis-server
 //! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
+//! #@ cluster NAME [ARG...]         Redis Cluster, 3 masters x 1 replica (tests/support/cluster.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd)
 //! ```
@@ -98,6 +99,8 @@
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
 //! `-L` to varnishtest; their paths are printed).
 
+#[path = "support/cluster.rs"]
+mod cluster;
 mod support;
 #[path = "support/tls_material.rs"]
 mod tls_material;
@@ -172,6 +175,10 @@ enum Directive {
         master: String,
         args: Vec<String>,
     },
+    Cluster {
+        name: String,
+        args: Vec<String>,
+    },
     Timeout(u64),
     Env(String, String),
 }
@@ -206,6 +213,15 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                     name: params[0].clone(),
                     master: params[1].clone(),
                     args: params[2..].to_vec(),
+                }
+            }
+            "cluster" => {
+                let (name, args) = params
+                    .split_first()
+                    .ok_or_else(|| at("usage: #@ cluster NAME [ARG...]".into()))?;
+                Directive::Cluster {
+                    name: name.clone(),
+                    args: args.to_vec(),
                 }
             }
             "timeout" => match params {
@@ -435,6 +451,16 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             }
             Directive::Env(name, value) => {
                 env.push((name.clone(), value.clone()));
+                continue;
+            }
+            Directive::Cluster { name, args } => {
+                if !valid_name(name) {
+                    return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
+                }
+                match cluster::start(&dir, name, args, &mut fx.servers) {
+                    Ok(cluster_macros) => macros.extend(cluster_macros),
+                    Err(e) => return Err(format!("{e}{}", fx.logs()).into()),
+                }
                 continue;
             }
             Directive::Redis { name, args, .. } => (name, None, args),
