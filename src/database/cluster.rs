@@ -57,8 +57,7 @@ impl Database {
             0 => UNLIMITED_HOPS,
             max => max,
         };
-        let mut topology = self.topology_with_slots(cluster, deadline, debug);
-        let mut seen = cluster.generation();
+        let (mut topology, mut seen) = self.topology_with_slots(cluster, deadline, debug);
         // One discovery per command at most: a MOVED on each hop must not
         // mean a discovery on each hop.
         let mut refreshed = false;
@@ -104,8 +103,8 @@ impl Database {
                         if !refreshed {
                             refreshed = true;
                             self.refresh_slots(cluster, seen, deadline, debug);
-                            topology = self.topology();
                             seen = cluster.generation();
+                            topology = self.topology();
                         }
                         continue;
                     }
@@ -140,8 +139,8 @@ impl Database {
                 if !ask && !refreshed {
                     refreshed = true;
                     self.refresh_slots(cluster, seen, deadline, debug);
-                    topology = self.topology();
                     seen = cluster.generation();
+                    topology = self.topology();
                 }
                 let Some(next) = self.cluster_node(&to) else {
                     self.stats.inc(Counter::CommandsFailed);

@@ -64,26 +64,30 @@ pub(super) fn host_of(location: &str) -> &str {
 }
 
 impl Database {
-    /// The topology with a slot map: the first command of a cluster
-    /// database waits for the discovery (one worker runs it, the others
-    /// wait for its outcome). After a failed discovery the topology has
-    /// no map, and commands go to any node, which redirects them.
+    /// The topology with a slot map, and the generation it is at least:
+    /// the first command of a cluster database waits for the discovery
+    /// (one worker runs it, the others wait for its outcome). After a
+    /// failed discovery the topology has no map, and commands go to any
+    /// node, which redirects them.
     pub(super) fn topology_with_slots(
         &self,
         cluster: &Cluster,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
-    ) -> Arc<Topology> {
+    ) -> (Arc<Topology>, u64) {
+        // The generation first: a discovery swaps the topology before it
+        // moves the generation, so this topology is at least that recent.
+        let seen = cluster.generation();
         let topology = self.topology();
         if topology.slots.is_some() {
-            return topology;
+            return (topology, seen);
         }
-        let seen = cluster.generation();
         let _running = cluster.discovery.lock();
         if cluster.generation() == seen {
             self.discover(cluster, deadline, debug);
         }
-        self.topology()
+        let seen = cluster.generation();
+        (self.topology(), seen)
     }
 
     /// After a `MOVED` or a failed attempt on the map of generation
