@@ -15,7 +15,19 @@
 //!   replicas while one caller (a worker thread) keeps to the same one.
 //!
 //! Failed attempts retry on the next server of the plan.
+use smallvec::SmallVec;
+
 use crate::config::{Role, Subnets};
+
+/// Inline room for this many servers: a plan (and the candidates it is made
+/// from) costs no allocation per command up to there.
+const INLINE: usize = 8;
+
+/// The indexes of the servers to try, in order.
+pub(crate) type Plan = SmallVec<[usize; INLINE]>;
+
+/// The candidates of one plan, as [`plan`] takes them.
+pub(crate) type Candidates = SmallVec<[Candidate; INLINE]>;
 
 /// What the plan needs to know of one server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +39,8 @@ pub(crate) struct Candidate {
 }
 
 /// The indexes of `servers` to try, in order; empty when none may serve.
-pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) -> Vec<usize> {
-    let mut order: Vec<(Key, usize)> = servers
+pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) -> Plan {
+    let mut order: SmallVec<[(Key, usize); INLINE]> = servers
         .iter()
         .enumerate()
         .filter_map(|(index, server)| {
@@ -44,7 +56,7 @@ pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) ->
         .collect();
     // Stable: equal servers keep their declaration order before rotation.
     order.sort_by_key(|(key, _)| *key);
-    let mut plan = Vec::with_capacity(order.len());
+    let mut plan = Plan::with_capacity(order.len());
     for group in order.chunk_by(|a, b| a.0 == b.0) {
         let start = rotation % group.len();
         plan.extend(
@@ -142,7 +154,7 @@ mod tests {
             c(0, A, false),
             c(0, M, false),
         ];
-        assert_eq!(plan(&servers, true, 0), vec![3, 2, 1]);
+        assert_eq!(plan(&servers, true, 0).to_vec(), vec![3, 2, 1]);
     }
 
     #[test]
@@ -153,27 +165,27 @@ mod tests {
             c(0, S, false),
             c(0, S, false),
         ];
-        assert_eq!(plan(&servers, false, 0), vec![2, 3, 1, 0]);
+        assert_eq!(plan(&servers, false, 0).to_vec(), vec![2, 3, 1, 0]);
     }
 
     #[test]
     fn the_closest_subnet_wins_over_role() {
         // A master in the local subnet beats a replica two subnets away.
         let servers = [c(2, S, false), c(0, M, false), c(1, S, false)];
-        assert_eq!(plan(&servers, false, 0), vec![1, 2, 0]);
+        assert_eq!(plan(&servers, false, 0).to_vec(), vec![1, 2, 0]);
     }
 
     #[test]
     fn sick_servers_come_last_whatever_their_weight() {
         let servers = [c(0, S, true), c(5, S, false), c(0, M, true), c(9, M, false)];
-        assert_eq!(plan(&servers, false, 0), vec![1, 3, 0, 2]);
-        assert_eq!(plan(&servers, true, 0), vec![3, 2]);
+        assert_eq!(plan(&servers, false, 0).to_vec(), vec![1, 3, 0, 2]);
+        assert_eq!(plan(&servers, true, 0).to_vec(), vec![3, 2]);
     }
 
     #[test]
     fn a_plan_of_only_sick_servers_still_serves() {
         let servers = [c(0, M, true)];
-        assert_eq!(plan(&servers, true, 0), vec![0]);
+        assert_eq!(plan(&servers, true, 0).to_vec(), vec![0]);
     }
 
     #[test]
@@ -190,10 +202,10 @@ mod tests {
             c(0, S, false),
             c(1, S, false),
         ];
-        assert_eq!(plan(&servers, false, 0), vec![0, 1, 2, 3]);
-        assert_eq!(plan(&servers, false, 1), vec![1, 2, 0, 3]);
-        assert_eq!(plan(&servers, false, 2), vec![2, 0, 1, 3]);
-        assert_eq!(plan(&servers, false, 3), vec![0, 1, 2, 3]);
+        assert_eq!(plan(&servers, false, 0).to_vec(), vec![0, 1, 2, 3]);
+        assert_eq!(plan(&servers, false, 1).to_vec(), vec![1, 2, 0, 3]);
+        assert_eq!(plan(&servers, false, 2).to_vec(), vec![2, 0, 1, 3]);
+        assert_eq!(plan(&servers, false, 3).to_vec(), vec![0, 1, 2, 3]);
         // Over many rotations, each equal replica leads as often.
         let mut first = [0; 3];
         for r in 0..300 {
@@ -217,7 +229,8 @@ mod tests {
                         .filter(|&i| !master_only || servers[i].role != S)
                         .collect();
                     assert_eq!(
-                        p, want,
+                        p.to_vec(),
+                        want,
                         "n={n} master_only={master_only} rotation={rotation}"
                     );
                 }

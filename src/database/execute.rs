@@ -12,7 +12,7 @@ use crate::config::Role;
 use crate::connection::Failure;
 use crate::error::{Error, Result};
 use crate::reply::Reply;
-use crate::routing::{self, Candidate};
+use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
 use crate::session::{self, Effect};
 use crate::stats::Counter;
@@ -127,7 +127,7 @@ impl Database {
         };
         let plan_now = |debug: &mut dyn FnMut(Note)| {
             let now = Instant::now();
-            let candidates: Vec<Candidate> = topology
+            let candidates: Candidates = topology
                 .servers
                 .iter()
                 .map(|server| Candidate {
