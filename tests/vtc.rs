@@ -78,6 +78,9 @@
 //!   killed it; returns once it answers PING; the harness stops it too),
 //!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
 //!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
+//!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
+//!   tests/support/cluster.rs).
 //! * with any `redis-tls` server, the test TLS material
 //!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
 //!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
