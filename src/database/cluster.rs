@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::discovery::{host_of, Cluster};
+use super::discovery::{host_of, Cluster, Refresh};
 use super::execute::{rotation, within};
 use super::lease::{Lease, TaskConnection};
 use super::{Database, Note};
@@ -102,7 +102,7 @@ impl Database {
                         // slots went before the next attempt.
                         if !refreshed {
                             refreshed = true;
-                            self.refresh_slots(cluster, seen, deadline, debug);
+                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
                             seen = cluster.generation();
                             topology = self.topology();
                         }
@@ -110,6 +110,12 @@ impl Database {
                     }
                     Err(err) => {
                         self.stats.inc(Counter::CommandsFailed);
+                        // Not for this command, but the next ones: with no
+                        // MOVED from a node that is gone, a failover is
+                        // learnt only this way.
+                        if !refreshed {
+                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
+                        }
                         return Err(err);
                     }
                 };
@@ -138,7 +144,7 @@ impl Database {
                 }
                 if !ask && !refreshed {
                     refreshed = true;
-                    self.refresh_slots(cluster, seen, deadline, debug);
+                    self.refresh_slots(cluster, seen, Refresh::Moved, deadline, debug);
                     seen = cluster.generation();
                     topology = self.topology();
                 }

@@ -30,6 +30,20 @@ const STEP_CAP: Duration = Duration::from_millis(500);
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
 
+/// Least time between two discoveries that failed attempts ask for: while
+/// a master is down, every command to it fails until its replica takes
+/// over, and each reading the map again would only add load.
+const FAILURE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What makes a worker read the map again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refresh {
+    /// A `MOVED` reply: the map changed.
+    Moved,
+    /// A failed attempt: the node may have left (a failover).
+    Failure,
+}
+
 /// What a cluster database keeps besides its servers.
 #[derive(Default)]
 pub(crate) struct Cluster {
@@ -37,8 +51,9 @@ pub(crate) struct Cluster {
     /// no known master answers (they stay seeds when the map leaves them
     /// out).
     seeds: Mutex<Vec<Location>>,
-    /// Held by the one worker running a discovery.
-    discovery: Mutex<()>,
+    /// Held by the one worker running a discovery; when the last one
+    /// ended.
+    discovery: Mutex<Option<Instant>>,
     /// Discoveries run so far: a worker that saw a `MOVED` on the map of
     /// generation `g` starts one only if the generation is still `g`.
     generation: AtomicU64,
@@ -82,29 +97,35 @@ impl Database {
         if topology.slots.is_some() {
             return (topology, seen);
         }
-        let _running = cluster.discovery.lock();
+        let mut last = cluster.discovery.lock();
         if cluster.generation() == seen {
             self.discover(cluster, deadline, debug);
+            *last = Some(Instant::now());
         }
         let seen = cluster.generation();
         (self.topology(), seen)
     }
 
     /// After a `MOVED` or a failed attempt on the map of generation
-    /// `seen`: a discovery, unless one is running or ran since.
+    /// `seen`: a discovery, unless one is running or ran since (or, after
+    /// a failure, ran less than [`FAILURE_REFRESH_INTERVAL`] ago).
     pub(super) fn refresh_slots(
         &self,
         cluster: &Cluster,
         seen: u64,
+        why: Refresh,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
     ) {
-        let Some(_running) = cluster.discovery.try_lock() else {
+        let Some(mut last) = cluster.discovery.try_lock() else {
             return;
         };
-        if cluster.generation() == seen {
-            self.discover(cluster, deadline, debug);
+        let recent = last.is_some_and(|at| at.elapsed() < FAILURE_REFRESH_INTERVAL);
+        if cluster.generation() != seen || (why == Refresh::Failure && recent) {
+            return;
         }
+        self.discover(cluster, deadline, debug);
+        *last = Some(Instant::now());
     }
 
     /// Asks the known masters, then the seeds, for the slot map until one
