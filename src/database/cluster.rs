@@ -243,3 +243,109 @@ fn route(
     let chosen = plan.get(attempt as usize % plan.len().max(1))?;
     servers.get(indexes[*chosen]).cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::parse_slots;
+    use crate::config::{Location, Protocol};
+    use crate::connection::Connector;
+    use crate::server::Health;
+
+    fn server(id: u32, port: u16, role: Role) -> Arc<Server> {
+        let location: Location = format!("127.0.0.1:{port}").parse().unwrap();
+        let connector =
+            Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        Arc::new(Server::new(id, connector, role, health, 0, None))
+    }
+
+    /// Two shards: slots 0-8191 on 7000 (replica 7002), the rest on 7001
+    /// (replica 7003).
+    fn topology() -> Topology {
+        let node = |port: i64| {
+            Reply::Array(vec![
+                Reply::String(b"127.0.0.1".to_vec()),
+                Reply::Integer(port),
+            ])
+        };
+        let reply = Reply::Array(vec![
+            Reply::Array(vec![
+                Reply::Integer(0),
+                Reply::Integer(8191),
+                node(7000),
+                node(7002),
+            ]),
+            Reply::Array(vec![
+                Reply::Integer(8192),
+                Reply::Integer(16383),
+                node(7001),
+                node(7003),
+            ]),
+        ]);
+        let map = parse_slots(&reply, "127.0.0.1").unwrap();
+        let servers = vec![
+            server(0, 7000, Role::Master),
+            server(1, 7001, Role::Master),
+            server(2, 7002, Role::Slave),
+            server(3, 7003, Role::Slave),
+        ];
+        let slots = map.map(|name| servers.iter().position(|s| s.location() == name).unwrap());
+        Topology {
+            servers,
+            slots: Some(Arc::new(slots)),
+        }
+    }
+
+    fn routed(topology: &Topology, key: Option<&[u8]>, master_only: bool, attempt: u32) -> String {
+        route(topology, key.map(key_slot), master_only, attempt)
+            .unwrap()
+            .location()
+            .to_string()
+    }
+
+    #[test]
+    fn writes_go_to_the_master_of_the_key_slot() {
+        let topology = topology();
+        // "bar" is slot 5061, "foo" 12182.
+        assert_eq!(routed(&topology, Some(b"bar"), true, 0), "127.0.0.1:7000");
+        assert_eq!(routed(&topology, Some(b"foo"), true, 0), "127.0.0.1:7001");
+        assert_eq!(
+            routed(&topology, Some(b"x{bar}"), true, 3),
+            "127.0.0.1:7000"
+        );
+    }
+
+    #[test]
+    fn reads_go_to_the_replica_then_the_master() {
+        let topology = topology();
+        assert_eq!(routed(&topology, Some(b"bar"), false, 0), "127.0.0.1:7002");
+        assert_eq!(routed(&topology, Some(b"bar"), false, 1), "127.0.0.1:7000");
+        assert_eq!(routed(&topology, Some(b"foo"), false, 0), "127.0.0.1:7003");
+        // A sick replica: its master first.
+        topology.servers[3].health.mark_failed();
+        assert_eq!(routed(&topology, Some(b"foo"), false, 0), "127.0.0.1:7001");
+    }
+
+    #[test]
+    fn without_a_key_or_a_map_any_node() {
+        let mut topology = topology();
+        let any = routed(&topology, None, true, 0);
+        assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
+        topology.slots = None;
+        let any = routed(&topology, Some(b"bar"), true, 0);
+        assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
+        topology.servers.clear();
+        assert!(route(&topology, Some(0), true, 0).is_none());
+    }
+
+    #[test]
+    fn busy_replies() {
+        assert!(cluster_busy(&Reply::Error("TRYAGAIN Multiple keys".into())));
+        assert!(cluster_busy(&Reply::Error(
+            "CLUSTERDOWN The cluster is down".into()
+        )));
+        assert!(!cluster_busy(&Reply::Error("ERR x".into())));
+        assert!(!cluster_busy(&Reply::Status("TRYAGAIN".into())));
+    }
+}
