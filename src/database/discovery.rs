@@ -128,15 +128,30 @@ impl Database {
         *last = Some(Instant::now());
     }
 
-    /// Asks the known masters, then the seeds, for the slot map until one
-    /// answers, and applies it. Counted in `cluster.discoveries.*`.
+    /// Asks the known masters (healthy ones first), then the seeds, for
+    /// the slot map until one answers, and applies it. A map that still
+    /// gives slots to a master found sick (a node that has not heard of a
+    /// failover yet) is kept only if no other node gives a better one.
+    /// Counted in `cluster.discoveries.*`.
     fn discover(&self, cluster: &Cluster, deadline: Option<Instant>, debug: &mut dyn FnMut(Note)) {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
-        let mut nodes: Vec<Location> = self
-            .topology()
+        let now = Instant::now();
+        let topology = self.topology();
+        let sick: Vec<&str> = topology
+            .servers
+            .iter()
+            .filter(|server| server.health.is_sick(now))
+            .map(|server| server.location())
+            .collect();
+        let mut masters: Vec<&Arc<Server>> = topology
             .servers
             .iter()
             .filter(|server| server.role() == Role::Master)
+            .collect();
+        // Stable: healthy masters first, in their order.
+        masters.sort_by_key(|server| sick.contains(&server.location()));
+        let mut nodes: Vec<Location> = masters
+            .iter()
             .filter_map(|server| server.location().parse().ok())
             .collect();
         for seed in cluster.seeds.lock().iter() {
@@ -154,6 +169,7 @@ impl Database {
         // probe: they count what commands use.
         let probe_stats = Stats::default();
         let mut failures: Vec<String> = Vec::new();
+        let mut stale: Option<(String, SlotMap<String>)> = None;
         for location in nodes.iter().take(MAX_NODES_ASKED) {
             let asked = location.to_string();
             let answer = Connector::new(
@@ -174,21 +190,28 @@ impl Database {
             })
             .and_then(|reply| parse_slots(&reply, host_of(&asked)));
             match answer {
-                Ok(map) if !map.shards.is_empty() => {
+                Ok(map) if map.shards.is_empty() => {
+                    failures.push(format!("{asked}: no slot assigned"));
+                }
+                Ok(map) if map.shards.iter().any(|s| sick.contains(&s.master.as_str())) => {
                     if self.config.debug {
                         debug(Note::Debug(&format!(
-                            "cluster slots from {asked}: {} shards, {} nodes",
-                            map.shards.len(),
-                            map.nodes().count()
+                            "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
-                    self.apply_slots(map);
-                    cluster.generation.fetch_add(1, Ordering::Release);
+                    stale.get_or_insert((asked, map));
+                }
+                Ok(map) => {
+                    self.use_slots(cluster, &asked, map, debug);
                     return;
                 }
-                Ok(_) => failures.push(format!("{asked}: no slot assigned")),
                 Err(err) => failures.push(format!("{asked}: {err}")),
             }
+        }
+        if let Some((asked, map)) = stale {
+            // The best there is: the sick master may be back.
+            self.use_slots(cluster, &asked, map, debug);
+            return;
         }
         // Counted as a generation too: the workers that waited for it go
         // on without a map rather than all trying again.
@@ -200,6 +223,24 @@ impl Database {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
         debug(Note::Warning(&text));
+    }
+
+    fn use_slots(
+        &self,
+        cluster: &Cluster,
+        asked: &str,
+        map: SlotMap<String>,
+        debug: &mut dyn FnMut(Note),
+    ) {
+        if self.config.debug {
+            debug(Note::Debug(&format!(
+                "cluster slots from {asked}: {} shards, {} nodes",
+                map.shards.len(),
+                map.nodes().count()
+            )));
+        }
+        self.apply_slots(map);
+        cluster.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Makes the nodes of `map` the servers of the database: a node
