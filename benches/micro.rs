@@ -1,5 +1,5 @@
 //! Criterion micro-benchmarks of the plain-Rust hot paths, so that a
-//! regression there shows without a full system run (`benches/system.rs`).
+//! regression there shows without a full system run (`benches/system/`).
 //!
 //! ```sh
 //! cargo bench --bench micro                 # all

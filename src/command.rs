@@ -149,6 +149,23 @@ impl Command {
         self.argc
     }
 
+    /// Every argument after the name, in order, as pushed.
+    pub fn args(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest = &self.buf[self.name.1 + 2..];
+        std::iter::from_fn(move || {
+            // `$len\r\narg\r\n`, as `push` wrote it.
+            let digits = rest.get(1..)?.iter().position(|&b| b == b'\r')?;
+            let len: usize = std::str::from_utf8(&rest[1..1 + digits])
+                .ok()?
+                .parse()
+                .ok()?;
+            let start = 1 + digits + 2;
+            let arg = rest.get(start..start + len)?;
+            rest = rest.get(start + len + 2..)?;
+            Some(arg)
+        })
+    }
+
     /// An `EVAL` (any case) with a script, so it may go out as `EVALSHA`.
     pub fn is_eval(&self) -> bool {
         self.argc >= 2 && self.name().eq_ignore_ascii_case(b"EVAL")
@@ -430,6 +447,17 @@ mod tests {
         assert_eq!(c.check_size(), Ok(()));
         assert_eq!(c.byte_len(), MAX_COMMAND_BYTES);
         assert_eq!(c.packed().len(), MAX_COMMAND_BYTES);
+    }
+
+    #[test]
+    fn args_are_read_back_as_pushed() {
+        let mut command = Command::new(b"XREAD");
+        for arg in [&b"COUNT"[..], b"", b"a\r\n$3\r\nb", b"BLOCK"] {
+            command.push(arg);
+        }
+        let args: Vec<&[u8]> = command.args().collect();
+        assert_eq!(args, [&b"COUNT"[..], b"", b"a\r\n$3\r\nb", b"BLOCK"]);
+        assert_eq!(Command::new(b"PING").args().count(), 0);
     }
 
     #[test]

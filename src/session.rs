@@ -101,6 +101,35 @@ pub(crate) fn effect(command: &Command) -> Effect {
         .map_or(Effect::None, |(_, _, effect)| *effect)
 }
 
+/// Commands that block their connection until something happens
+/// (`BLPOP`, `WAIT`...). Every `B*` list and sorted-set command is one.
+const BLOCKING: &[&str] = &[
+    "BLPOP",
+    "BRPOP",
+    "BRPOPLPUSH",
+    "BLMOVE",
+    "BLMPOP",
+    "BZPOPMIN",
+    "BZPOPMAX",
+    "BZMPOP",
+    "WAIT",
+    "WAITAOF",
+];
+
+/// Whether `command` may go on a connection that other workers' commands
+/// share at once ([ext] `pipelining=true`): it leaves nothing on the
+/// connection, and it does not hold the connection (and every command
+/// queued behind it) waiting, as `BLPOP` or `XREAD BLOCK` do.
+pub(crate) fn may_share_connection(command: &Command) -> bool {
+    let name = command.name();
+    let blocks = BLOCKING
+        .iter()
+        .any(|b| name.eq_ignore_ascii_case(b.as_bytes()))
+        || ((name.eq_ignore_ascii_case(b"XREAD") || name.eq_ignore_ascii_case(b"XREADGROUP"))
+            && command.args().any(|arg| arg.eq_ignore_ascii_case(b"BLOCK")));
+    !blocks && effect(command) == Effect::None
+}
+
 /// What a task has left on the connection it keeps (pinned): an open
 /// transaction, or a changed state. The connection stays with the task
 /// while [`keeps_connection`](Self::keeps_connection).
@@ -217,12 +246,47 @@ impl Session {
 mod tests {
     use super::*;
 
-    fn effect_of(args: &[&str]) -> Effect {
+    fn cmd(args: &[&str]) -> Command {
         let mut command = Command::new(args[0].as_bytes());
         for arg in &args[1..] {
             command.push(arg.as_bytes());
         }
-        effect(&command)
+        command
+    }
+
+    fn effect_of(args: &[&str]) -> Effect {
+        effect(&cmd(args))
+    }
+
+    #[test]
+    fn only_commands_that_leave_and_hold_nothing_share_a_connection() {
+        let shares = |args: &[&str]| may_share_connection(&cmd(args));
+        assert!(shares(&["GET", "k"]));
+        assert!(shares(&["EVAL", "return 1", "0"]));
+        assert!(shares(&["XREAD", "COUNT", "1", "STREAMS", "s", "0"]));
+        assert!(!shares(&["xread", "block", "0", "STREAMS", "s", "$"]));
+        assert!(!shares(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "10",
+            "STREAMS",
+            "s",
+            ">"
+        ]));
+        for blocking in ["BLPOP", "brpop", "BLMOVE", "BZPOPMIN", "WAIT"] {
+            assert!(!shares(&[blocking, "k", "0"]), "{blocking}");
+        }
+        for stateful in [
+            &["MULTI"][..],
+            &["SELECT", "1"],
+            &["CLIENT", "SETNAME", "x"],
+            &["QUIT"],
+        ] {
+            assert!(!shares(stateful), "{stateful:?}");
+        }
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub enum Counter {
     /// their state (`SELECT`, `CLIENT SETNAME`...) or the task ended with
     /// its `MULTI` / `WATCH` open.
     DroppedState,
+    /// [ext] `pipelining=true`: writes of queued commands on a multiplexed
+    /// connection.
+    PipelineBatches,
+    /// [ext] `pipelining=true`: commands written in those batches (their
+    /// mean size is `commands / batches`).
+    PipelineCommands,
 }
 
 /// Prometheus family that groups the `connections.dropped.*` counters under
@@ -73,7 +79,7 @@ const DROPPED_PREFIX: &str = "connections.dropped.";
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 23;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -103,6 +109,8 @@ impl Counter {
         Counter::ClusterRepliesMoved,
         Counter::ClusterRepliesAsk,
         Counter::DroppedState,
+        Counter::PipelineBatches,
+        Counter::PipelineCommands,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -130,6 +138,8 @@ impl Counter {
             Counter::ClusterRepliesMoved => "cluster.replies.moved",
             Counter::ClusterRepliesAsk => "cluster.replies.ask",
             Counter::DroppedState => "ext.connections.dropped.state",
+            Counter::PipelineBatches => "ext.pipelining.batches",
+            Counter::PipelineCommands => "ext.pipelining.commands",
         }
     }
 
@@ -938,7 +948,7 @@ vmod_redis_cluster_replies_ask{env="prod"} 0
         assert!(text.starts_with(&C_JSON[..C_JSON.len() - 1]), "{text}");
         assert_eq!(
             &text[C_JSON.len() - 1..],
-            r#","ext": {"connections": {"dropped": {"state": 7}}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0}}]}"#
+            r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0}}]}"#
         );
         let Json::Obj(root) = parse_json(&text) else {
             panic!("not an object")
@@ -1124,10 +1134,16 @@ vmod_redis_server_connections_idle{env="prod",name="db",server="/run/a \"b\"\\c\
         };
         let stats = captured_db(2);
         stats.add(Counter::DroppedState, 7);
+        stats.add(Counter::PipelineBatches, 2);
+        stats.add(Counter::PipelineCommands, 9);
         let text = prom(&stats, &ctx, &opts);
         let counters = prom(&stats, &DB, &opts);
         let ext = "# TYPE vmod_redis_ext_connections_dropped_state counter\n\
-                   vmod_redis_ext_connections_dropped_state{env=\"prod\",name=\"db\"} 7\n";
+                   vmod_redis_ext_connections_dropped_state{env=\"prod\",name=\"db\"} 7\n\
+                   # TYPE vmod_redis_ext_pipelining_batches counter\n\
+                   vmod_redis_ext_pipelining_batches{env=\"prod\",name=\"db\"} 2\n\
+                   # TYPE vmod_redis_ext_pipelining_commands counter\n\
+                   vmod_redis_ext_pipelining_commands{env=\"prod\",name=\"db\"} 9\n";
         assert_eq!(text, format!("{counters}{ext}{SERVER_GAUGES}"));
 
         // Without default labels: neither name nor server, role stays.
@@ -1141,6 +1157,10 @@ vmod_redis_server_connections_idle{env="prod",name="db",server="/run/a \"b\"\\c\
             gauges,
             "# TYPE vmod_redis_ext_connections_dropped_state counter\n\
              vmod_redis_ext_connections_dropped_state{} 0\n\
+             # TYPE vmod_redis_ext_pipelining_batches counter\n\
+             vmod_redis_ext_pipelining_batches{} 0\n\
+             # TYPE vmod_redis_ext_pipelining_commands counter\n\
+             vmod_redis_ext_pipelining_commands{} 0\n\
              # TYPE vmod_redis_server_info gauge\n\
              vmod_redis_server_info{role=\"master\"} 1\n\
              vmod_redis_server_info{role=\"auto\"} 1\n\

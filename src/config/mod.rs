@@ -71,6 +71,10 @@ pub enum ConfigError {
     /// TLS asked for a UNIX socket location.
     #[error("tls=true needs a host:port location, not the UNIX socket \"{location}\"")]
     TlsOverUnix { location: String },
+    /// [ext] `pipelining=true` multiplexes the shared pool's connections;
+    /// private connections have nothing to share.
+    #[error("pipelining=true needs shared_connections=true")]
+    PipeliningWithoutSharing,
     /// A feature that this VMOD declares but does not implement yet.
     #[error("{what} is not supported yet")]
     NotSupported {
@@ -202,6 +206,7 @@ pub struct DbArgs<'a> {
     pub ignore_slaves: bool,
     pub max_cluster_hops: i64,
     pub debug: bool,
+    pub pipelining: bool,
 }
 
 impl Default for DbArgs<'_> {
@@ -230,6 +235,7 @@ impl Default for DbArgs<'_> {
             ignore_slaves: false,
             max_cluster_hops: 32,
             debug: false,
+            pipelining: false,
         }
     }
 }
@@ -285,6 +291,7 @@ pub struct DbConfig {
     /// 0: unlimited.
     pub max_cluster_hops: u32,
     pub debug: bool,
+    pub pipelining: bool,
 }
 
 /// A non-negative count that fits in u32.
@@ -379,6 +386,17 @@ impl DbConfig {
         let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
+        if args.pipelining && !args.shared_connections {
+            return Err(ConfigError::PipeliningWithoutSharing);
+        }
+        if args.pipelining && role == Role::Cluster {
+            // READONLY and ASKING go on the connection before a command:
+            // on a connection multiplexed between workers they could land
+            // before another worker's command.
+            return Err(ConfigError::NotSupported {
+                what: "pipelining=true with type=cluster",
+            });
+        }
         Ok(DbConfig {
             location,
             role,
@@ -396,6 +414,7 @@ impl DbConfig {
             ignore_slaves: args.ignore_slaves,
             max_cluster_hops,
             debug: args.debug,
+            pipelining: args.pipelining,
         })
     }
 }

@@ -217,6 +217,7 @@ proptest! {
             ignore_slaves: flags[3],
             max_cluster_hops: ints[6],
             debug: flags[4],
+            pipelining: false,
         };
         let u32_count = |v: i64| u32::try_from(v).is_ok();
         let valid = (a.location.trim().is_empty() || a.location.parse::<Location>().is_ok())

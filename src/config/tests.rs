@@ -398,6 +398,14 @@ fn argument_errors() {
     assert_eq!(
         err(DbArgs {
             role: "cluster",
+            pipelining: true,
+            ..base
+        }),
+        "pipelining=true with type=cluster is not supported yet"
+    );
+    assert_eq!(
+        err(DbArgs {
+            role: "cluster",
             ..args("/run/redis.sock")
         }),
         "type=cluster needs host:port locations, not the UNIX socket \"/run/redis.sock\""
@@ -602,4 +610,13 @@ fn password_stays_out_of_debug_output() {
     let c = DbConfig::from_args(&args("127.0.0.1:6379")).unwrap();
     assert!(format!("{c:?}").contains("password: None"));
     assert!(!format!("{:?}", args("x:1")).contains("<redacted>"));
+}
+
+#[test]
+fn pipelining_needs_shared_connections() {
+    let mut a = args("127.0.0.1:6379");
+    a.pipelining = true;
+    assert!(DbConfig::from_args(&a).unwrap().pipelining);
+    a.shared_connections = false;
+    assert_eq!(err(a), "pipelining=true needs shared_connections=true");
 }

@@ -5,6 +5,7 @@
 //! timeouts, requests packed once by [`crate::command::Command`], replies
 //! parsed without recursion and within size limits.
 mod gate;
+pub(crate) mod multiplexed;
 pub mod private;
 pub mod resp;
 pub mod shared;
@@ -496,17 +497,59 @@ impl Connection {
         packed: &[u8],
         timeout: Option<Duration>,
     ) -> std::result::Result<Reply, Failure> {
+        self.write_requests(packed, timeout)?;
+        let reply = self.read_reply(timeout)?;
+        // Bytes after the reply, unless a RESP3 push, answer no request of
+        // ours: the stream is out of step, and the next command must not
+        // read them as its reply.
+        if self.start != self.end && !resp::is_push(&self.buf[self.start..self.end]) {
+            self.broken = true;
+        }
+        Ok(reply)
+    }
+
+    /// Writes packed requests (one or several), each socket wait bounded
+    /// by `timeout`.
+    pub(crate) fn write_requests(
+        &mut self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<(), Failure> {
+        self.set_timeout(timeout)?;
+        Ok(self.stream.write_all(packed)?)
+    }
+
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         if self.timeout != timeout {
             self.stream.set_timeout(timeout)?;
             self.timeout = timeout;
         }
+        Ok(())
+    }
+
+    /// Whether a whole reply (or push) is already buffered: reading it
+    /// costs no system call.
+    pub(crate) fn has_buffered_reply(&mut self) -> bool {
+        matches!(
+            resp::scan_from(&self.buf[self.start..self.end], &mut self.scan),
+            Ok(Some(_))
+        )
+    }
+
+    /// Reads the next reply, skipping RESP3 pushes, in about `timeout` at
+    /// most. Bytes after it stay buffered for the next read: the replies
+    /// of later requests when several were written.
+    pub(crate) fn read_reply(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Reply, Failure> {
+        self.set_timeout(timeout)?;
         let deadline = timeout.map(|t| Instant::now() + t);
-        self.stream.write_all(packed)?;
         loop {
             if let Some(len) = resp::scan_from(&self.buf[self.start..self.end], &mut self.scan)? {
                 let bytes = &self.buf[self.start..self.start + len];
-                let push = resp::is_push(bytes);
-                let reply = if push {
+                let reply = if resp::is_push(bytes) {
+                    // An out-of-band push (RESP3): not a reply.
                     None
                 } else {
                     Some(resp::build(bytes)?)
@@ -519,21 +562,11 @@ impl Connection {
                         self.buf = Vec::new();
                     }
                 }
-                match reply {
-                    Some(reply) => {
-                        self.last_used = Instant::now();
-                        // Bytes after the reply, unless a RESP3 push, answer
-                        // no request of ours: the stream is out of step, and
-                        // the next command must not read them as its reply.
-                        if self.start != self.end && !resp::is_push(&self.buf[self.start..self.end])
-                        {
-                            self.broken = true;
-                        }
-                        return Ok(reply);
-                    }
-                    // An out-of-band push (RESP3): not our reply.
-                    None => continue,
+                if let Some(reply) = reply {
+                    self.last_used = Instant::now();
+                    return Ok(reply);
                 }
+                continue;
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err(Failure::Timeout);

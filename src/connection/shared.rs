@@ -22,6 +22,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::gate::{Admission, FairGate, Permit};
+use super::multiplexed::Multiplexed;
 use super::Connection;
 use crate::error::Error;
 use crate::stats::{Counter, Stats};
@@ -47,6 +48,11 @@ pub struct SharedPool {
     open: AtomicU32,
     /// Leases out right now (each holds an open connection).
     leased: AtomicU32,
+    /// [ext] `pipelining=true`: `max_connections` connections that many
+    /// workers' commands share at once; the connections above then serve
+    /// only the commands that cannot share one (transactions, state,
+    /// blocking commands).
+    multiplexed: Box<[Multiplexed]>,
 }
 
 /// An open connection held for one command (or by a task across VCL
@@ -72,6 +78,26 @@ impl SharedPool {
             gate: Arc::new(FairGate::new(max_size)),
             open: AtomicU32::new(0),
             leased: AtomicU32::new(0),
+            multiplexed: Box::default(),
+        }
+    }
+
+    /// A pool whose commands share `max_size` multiplexed connections
+    /// ([ext] `pipelining=true`), plus the usual pool for the commands that
+    /// cannot share one.
+    pub fn pipelined(location: String, max_size: u32) -> Self {
+        let mut pool = Self::new(location, max_size);
+        pool.multiplexed = (0..pool.max_size).map(|_| Multiplexed::default()).collect();
+        pool
+    }
+
+    /// The multiplexed connection for a worker of this `rotation`, when the
+    /// pool pipelines: each worker thread keeps to one, and the threads
+    /// spread evenly over them.
+    pub(crate) fn multiplexed(&self, rotation: usize) -> Option<&Multiplexed> {
+        match self.multiplexed.len() {
+            0 => None,
+            n => self.multiplexed.get(rotation % n),
         }
     }
 
@@ -128,14 +154,20 @@ impl SharedPool {
             std::mem::take(&mut *idle)
         };
         self.open.fetch_sub(closed.len() as u32, Ordering::Relaxed);
-        closed.len()
+        let multiplexed: usize = self.multiplexed.iter().map(Multiplexed::close_idle).sum();
+        closed.len() + multiplexed
     }
 
     /// Connections open to the server, and idle among them, for stats.
     pub fn state(&self) -> (u32, u32) {
         let open = self.open.load(Ordering::Relaxed);
         let leased = self.leased.load(Ordering::Relaxed);
-        (open, open.saturating_sub(leased))
+        let (mut mux_open, mut mux_idle) = (0, 0);
+        for mux in self.multiplexed.iter().filter(|mux| mux.is_open()) {
+            mux_open += 1;
+            mux_idle += u32::from(mux.in_flight() == 0);
+        }
+        (open + mux_open, open.saturating_sub(leased) + mux_idle)
     }
 }
 

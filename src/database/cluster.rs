@@ -176,15 +176,15 @@ impl Database {
     /// One attempt on `server`: `READONLY` first on a replica's connection
     /// that has not had it, `ASKING` first after an `ASK` (then the
     /// command as is: `EVALSHA` then `EVAL` would need a second `ASKING`).
-    fn cluster_attempt(
-        &self,
+    fn cluster_attempt<'a>(
+        &'a self,
         command: &mut Command,
-        server: &Server,
+        server: &'a Server,
         asking: bool,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
-    ) -> Result<(Reply, Lease<'_>)> {
-        let mut lease = self.lease(server, deadline)?;
+    ) -> Result<(Reply, Lease<'a>)> {
+        let mut lease = self.lease(server, command, deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
             self.request(&mut lease, server, READONLY, within(timeout, deadline))?;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::lease::{Lease, Pinned, TaskConnection};
+use super::lease::{Lease, Pinned, RequestError, TaskConnection};
 use super::{Database, Note, ROLE};
 use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::Role;
@@ -241,16 +241,16 @@ impl Database {
         }
     }
 
-    fn attempt(
-        &self,
+    fn attempt<'a>(
+        &'a self,
         command: &mut Command,
-        server: &Server,
+        server: &'a Server,
         master_only: bool,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
-    ) -> Result<Outcome<'_>> {
-        let mut lease = self.lease(server, deadline)?;
+    ) -> Result<Outcome<'a>> {
+        let mut lease = self.lease(server, command, deadline)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
             match self.request(&mut lease, server, ROLE, within(timeout, deadline))? {
@@ -349,7 +349,7 @@ impl Database {
             lease.retire();
             self.stats.inc(Counter::DroppedState);
         } else if task.session.keeps_connection() {
-            task.pinned = Some(lease.pin(server.clone(), &self.stats));
+            task.pinned = lease.pin(server.clone(), &self.stats);
         }
         reply
     }
@@ -403,28 +403,35 @@ impl Database {
             // is out of step and dropped after this command.
             self.stats.inc(Counter::DroppedError);
         }
-        result.map_err(|failure| {
+        let (failure, counted) = match result {
+            Ok(reply) => return Ok(reply),
+            Err(RequestError::Connect(err)) => return Err(err),
+            Err(RequestError::Failed { failure, counted }) => (failure, counted || was_broken),
+        };
+        {
             let server_name = server.location().to_string();
             match failure {
                 Failure::Timeout => {
                     // A server that does not answer in time is avoided
                     // like one that went away, while others can serve.
-                    self.stats.inc(Counter::DroppedError);
+                    if !counted {
+                        self.stats.inc(Counter::DroppedError);
+                    }
                     server.health.mark_failed();
-                    return Error::Timeout {
+                    return Err(Error::Timeout {
                         server: server_name,
                         timeout_ms: timeout.map_or(0, |t| t.as_millis()),
-                    };
+                    });
                 }
-                _ if was_broken => {}
+                _ if counted => {}
                 Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
                 Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
             }
             server.health.mark_failed();
-            Error::Io {
+            Err(Error::Io {
                 server: server_name,
                 source: failure,
-            }
-        })
+            })
+        }
     }
 }

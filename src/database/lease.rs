@@ -3,26 +3,50 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::execute::within;
+use super::execute::{rotation, within};
 use super::Database;
+use crate::command::Command;
+use crate::connection::multiplexed::{Multiplexed, MuxError};
 use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::SharedLease;
 use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::server::Server;
-use crate::session::Session;
+use crate::session::{self, Session};
 use crate::stats::{Counter, Stats};
 
-/// A way to run requests on one server for one command: today a whole
+/// A way to run requests on one server for one command: a whole
 /// connection, which goes back to its thread's list or to its pool when
-/// dropped, unless it broke or was retired. Execution only talks to the
-/// server through these methods, never through the connection itself, so
-/// that a lease on a connection shared by many workers (pipelining) can be
-/// one more variant.
+/// dropped, unless it broke or was retired; or, with [ext]
+/// `pipelining=true`, a place on a connection many workers share.
+/// Execution only talks to the server through these methods, never through
+/// the connection itself.
 pub(super) enum Lease<'a> {
     Private(PrivateLease<'a>),
     Shared(SharedLease),
+    Multiplexed(MuxLease<'a>),
+}
+
+/// A command's place on a multiplexed connection: what it needs to open
+/// the connection when it is the one to drive and none is open.
+pub(super) struct MuxLease<'a> {
+    db: &'a Database,
+    server: &'a Server,
+    mux: &'a Multiplexed,
+    /// The end of the whole `execute()`, for connecting.
+    deadline: Option<Instant>,
+}
+
+/// Why a request on a lease got no reply.
+pub(super) enum RequestError {
+    /// No connection could be opened (a multiplexed lease connects when it
+    /// drives): the connect's own error, already counted.
+    Connect(Error),
+    /// The request failed. `counted`: the dropped connection it came with
+    /// was counted already (by the worker whose read failed, on a
+    /// multiplexed connection), or the connection was not dropped.
+    Failed { failure: Failure, counted: bool },
 }
 
 pub(super) struct PrivateLease<'a> {
@@ -39,66 +63,115 @@ impl Lease<'_> {
         &mut self,
         packed: &[u8],
         timeout: Option<Duration>,
-    ) -> std::result::Result<Reply, Failure> {
-        self.conn().request(packed, timeout)
+    ) -> std::result::Result<Reply, RequestError> {
+        let failed = |failure| RequestError::Failed {
+            failure,
+            counted: false,
+        };
+        match self {
+            Lease::Private(PrivateLease {
+                conn: Some(conn), ..
+            }) => conn.request(packed, timeout).map_err(failed),
+            Lease::Private(_) => Err(failed(Failure::Io(std::io::ErrorKind::NotConnected.into()))),
+            Lease::Shared(lease) => lease.conn().request(packed, timeout).map_err(failed),
+            Lease::Multiplexed(lease) => {
+                let now = Instant::now();
+                let deadline = timeout.map(|timeout| now + timeout);
+                let (db, server) = (lease.db, lease.server);
+                let mut refresh = |idle: Option<Connection>| {
+                    let usable = idle.and_then(|conn| db.still_usable(server, conn, now));
+                    usable.map_or_else(|| db.connect(server, lease.deadline), Ok)
+                };
+                lease
+                    .mux
+                    .request(packed, deadline, &db.stats, &mut refresh)
+                    .map_err(|err| match err {
+                        MuxError::Connect(err) => RequestError::Connect(err),
+                        MuxError::Failed(failure) => failed(failure),
+                        MuxError::Collateral(failure) => RequestError::Failed {
+                            failure,
+                            counted: true,
+                        },
+                    })
+            }
+        }
     }
 
     /// Out of step with the server (a request failed, or stray bytes came
-    /// after a reply): closed when released.
+    /// after a reply): closed when released. A multiplexed connection
+    /// deals with its failures itself.
     pub(super) fn is_broken(&self) -> bool {
         match self {
             Lease::Private(lease) => lease.conn.as_ref().map_or(true, Connection::is_broken),
             Lease::Shared(lease) => lease.is_broken(),
+            Lease::Multiplexed(_) => false,
         }
     }
 
     /// Closes the connection when released: what is on it must not reach
-    /// another command.
+    /// another command. (Never needed on a multiplexed connection: the
+    /// commands that leave something on theirs do not go there.)
     pub(super) fn retire(&mut self) {
-        self.conn().retire();
+        if let Some(conn) = self.conn() {
+            conn.retire();
+        }
     }
 
     /// Whether `ROLE` was asked on this connection (once per connection).
     pub(super) fn role_asked(&mut self) -> bool {
-        self.conn().role_asked()
+        match self {
+            Lease::Multiplexed(lease) => lease.mux.role_asked(),
+            _ => self.conn().is_some_and(|conn| conn.role_asked()),
+        }
     }
 
     pub(super) fn set_role_asked(&mut self) {
-        self.conn().set_role_asked();
+        match self {
+            Lease::Multiplexed(lease) => lease.mux.set_role_asked(),
+            _ => {
+                if let Some(conn) = self.conn() {
+                    conn.set_role_asked();
+                }
+            }
+        }
     }
 
     /// Whether `READONLY` was sent on this connection (cluster replicas).
+    /// A cluster database never pipelines (refused at load), so a
+    /// multiplexed connection never needs it.
     pub(super) fn readonly_sent(&mut self) -> bool {
-        self.conn().readonly_sent()
+        self.conn().map_or(true, |conn| conn.readonly_sent())
     }
 
     pub(super) fn set_readonly_sent(&mut self) {
-        self.conn().set_readonly_sent();
+        if let Some(conn) = self.conn() {
+            conn.set_readonly_sent();
+        }
     }
 
-    fn conn(&mut self) -> &mut Connection {
+    /// The whole connection this lease holds, if it holds one.
+    fn conn(&mut self) -> Option<&mut Connection> {
         match self {
-            Lease::Private(lease) => lease
-                .conn
-                .as_mut()
-                .expect("private lease holds a connection"),
-            Lease::Shared(lease) => lease.conn(),
+            Lease::Private(lease) => lease.conn.as_mut(),
+            Lease::Shared(lease) => Some(lease.conn()),
+            Lease::Multiplexed(_) => None,
         }
     }
 
     /// Hands the connection to the task, beyond this command.
-    pub(super) fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Pinned {
+    /// `None` for a place on a multiplexed connection, which only takes
+    /// commands that leave nothing to keep.
+    pub(super) fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Option<Pinned> {
         let held = match self {
-            Lease::Private(mut lease) => {
-                Held::Private(lease.conn.take().expect("private lease holds a connection"))
-            }
+            Lease::Private(mut lease) => Held::Private(lease.conn.take()?),
             Lease::Shared(lease) => Held::Shared(lease),
+            Lease::Multiplexed(_) => return None,
         };
-        Pinned {
+        Some(Pinned {
             server,
             held: Some(held),
             stats: stats.clone(),
-        }
+        })
     }
 }
 
@@ -159,10 +232,28 @@ impl Drop for Pinned {
 impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
     /// private mode, the one in a pool slot or a new one in shared mode,
-    /// waiting for a pooled one until `deadline` at most.
-    pub(super) fn lease(&self, server: &Server, deadline: Option<Instant>) -> Result<Lease<'_>> {
+    /// waiting for a pooled one until `deadline` at most; with [ext]
+    /// `pipelining=true`, a place on a multiplexed connection for the
+    /// commands that may share one.
+    pub(super) fn lease<'a>(
+        &'a self,
+        server: &'a Server,
+        command: &Command,
+        deadline: Option<Instant>,
+    ) -> Result<Lease<'a>> {
         let now = Instant::now();
         if let Some(pool) = &server.pool {
+            let multiplexed = pool
+                .multiplexed(rotation())
+                .filter(|_| session::may_share_connection(command));
+            if let Some(mux) = multiplexed {
+                return Ok(Lease::Multiplexed(MuxLease {
+                    db: self,
+                    server,
+                    mux,
+                    deadline,
+                }));
+            }
             return pool
                 .get(&self.stats, deadline, |idle| {
                     let usable = idle.and_then(|conn| self.still_usable(server, conn, now));

@@ -147,10 +147,12 @@ impl Database {
                 ),
             };
             let pool = self.config.shared_connections.then(|| {
-                Arc::new(SharedPool::new(
-                    connector.location().to_string(),
-                    self.config.max_connections,
-                ))
+                let location = connector.location().to_string();
+                Arc::new(if self.config.pipelining {
+                    SharedPool::pipelined(location, self.config.max_connections)
+                } else {
+                    SharedPool::new(location, self.config.max_connections)
+                })
             });
             let server = Arc::new(Server::new(
                 id,

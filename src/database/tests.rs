@@ -781,3 +781,61 @@ fn down_server_fails_fast_in_both_modes() {
         assert!(db.stats().get(Counter::CommandsFailed) == 2);
     }
 }
+
+#[test]
+fn pipelined_workers_share_one_connection_and_each_reads_its_own_key() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.shared_connections = true;
+        args.max_connections = 1;
+        args.pipelining = true;
+        args.command_timeout = 5000;
+    });
+    let threads = 12;
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let db = &db;
+            scope.spawn(move || {
+                for i in 0..200 {
+                    let (key, value) = (format!("k{t}.{i}"), format!("v{t}.{i}"));
+                    assert_eq!(
+                        run(db, &["SET", &key, &value]).unwrap(),
+                        Reply::Status("OK".into())
+                    );
+                    assert_eq!(
+                        run(db, &["GET", &key]).unwrap(),
+                        Reply::String(value.into_bytes())
+                    );
+                }
+                // A transaction takes an ordinary pooled connection.
+                let mut task = TaskConnection::default();
+                assert_eq!(
+                    run_in(db, &mut task, &["MULTI"]).unwrap(),
+                    Reply::Status("OK".into())
+                );
+                assert_eq!(run_in(db, &mut task, &["INCR", "n"]).unwrap(), queued());
+                assert!(matches!(
+                    run_in(db, &mut task, &["EXEC"]).unwrap(),
+                    Reply::Array(_)
+                ));
+            });
+        }
+    });
+    assert_eq!(
+        run(&db, &["GET", "n"]).unwrap(),
+        Reply::String(b"12".to_vec())
+    );
+    let stats = db.stats();
+    assert_eq!(stats.get(Counter::CommandsTotal), 12 * (400 + 3) + 1);
+    assert_eq!(stats.get(Counter::CommandsFailed), 0);
+    // Every command but the transactions' went through the multiplexed
+    // connection, written once each.
+    assert_eq!(stats.get(Counter::PipelineCommands), 12 * 400 + 1);
+    let batches = stats.get(Counter::PipelineBatches);
+    assert!((1..=12 * 400 + 1).contains(&batches), "{batches}");
+    // One multiplexed connection, and one ordinary one for the
+    // transactions (max_connections=1: they waited for each other).
+    assert_eq!(stats.get(Counter::ConnectionsTotal), 2);
+    let clients = redis.cli(&["CLIENT", "LIST"]);
+    assert_eq!(clients.lines().count(), 3, "{clients}");
+}

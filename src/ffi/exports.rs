@@ -192,6 +192,7 @@ pub unsafe extern "C" fn vmod_db__init(
     ignore_slaves: VCL_BOOL,
     max_cluster_hops: VCL_INT,
     debug: VCL_BOOL,
+    pipelining: VCL_BOOL,
 ) {
     guard(ctx, (), |ctx| {
         let (Some(out), Some(vcl)) = (out.as_mut(), slot_of::<VclState>(priv_vcl)) else {
@@ -221,6 +222,7 @@ pub unsafe extern "C" fn vmod_db__init(
             ignore_slaves: ignore_slaves != 0,
             max_cluster_hops,
             debug: debug != 0,
+            pipelining: pipelining != 0,
         };
         if let Some(db) = vcl::db_new(ctx, vcl, &arg_str(vcl_name), &args) {
             *out = Box::into_raw(Box::new(db)) as *mut vmod_redis_db;

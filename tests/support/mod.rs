@@ -1,5 +1,5 @@
-//! Process plumbing shared by `tests/vtc.rs`, `tests/faults.rs` and
-//! `benches/system.rs` (the bench includes this file with
+//! Process plumbing shared by `tests/vtc.rs`, `tests/faults/` and
+//! `benches/system/` (the bench includes this file with
 //! `#[path = "../tests/support/mod.rs"] mod support;`).
 //!
 //! * the temporary directory `$TMPDIR/vmod-redis-<target>.<pid>` (mode 0755,

@@ -1,0 +1,160 @@
+//! Command-line options.
+use super::*;
+
+// Options
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum S1Client {
+    Wrk,
+    Ab,
+}
+
+#[derive(Debug)]
+pub(crate) struct Opts {
+    pub(crate) quick: bool,
+    pub(crate) s1: bool,
+    pub(crate) s2: bool,
+    pub(crate) s3: bool,
+    pub(crate) reps: usize,
+    pub(crate) s1_secs: u32,
+    pub(crate) s1_warm: u32,
+    pub(crate) s2_secs: u32,
+    pub(crate) s2_warm: u32,
+    pub(crate) s2_threads: u32,
+    pub(crate) s2_conns: u32,
+    pub(crate) s2_reps: usize,
+    pub(crate) s2_columns: Option<Vec<Mode>>,
+    pub(crate) rb_requests: u32,
+    pub(crate) s1_client: S1Client,
+    pub(crate) out_dir: PathBuf,
+    pub(crate) ours_so: Option<PathBuf>,
+    /// The options as given (for the report), `--bench` left out.
+    pub(crate) given: Vec<String>,
+}
+
+pub(crate) const USAGE: &str = "\
+usage: cargo bench --bench system -- [options]
+  --quick             S1: 2 reps x 2 s per cell; S2/S3: -d5s, 1 s warm-up
+  --only LIST         s1,s2,s3 (default: all)
+  --reps N            S1 repetitions (default 5, quick 2)
+  --s1-secs N         S1 seconds per cell (default 3, quick 2)
+  --s2-secs N         S2/S3 seconds per run (default 20, quick 5)
+  --s2-conns N        S2/S3 wrk connections (default 400; 1: one client, one wrk thread)
+  --s2-reps N         S2/S3 repetitions of every column, alternated (default 1)
+  --s2-columns LIST   S2 columns, e.g. private,10,1,p1 (none, private, a shared
+                      max_connections, or pN: ours pipelined on N connections, theirs
+                      shared N; default: none,private,1000,400,100,25,10,4,2,1)
+  --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
+  --out DIR           report directory (default benches/results)
+  --ours PATH         use this libvmod_redis.so instead of building one
+";
+
+pub(crate) fn parse_opts() -> Res<Option<Opts>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        // `cargo test --benches` / `cargo test --all-targets` run bench
+        // binaries without `--bench`: a 25-minute system run is not a test.
+        println!("system: skipped (a benchmark: run it with `cargo bench --bench system`)");
+        return Ok(None);
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut o = Opts {
+        quick,
+        s1: true,
+        s2: true,
+        s3: true,
+        reps: if quick { 2 } else { 5 },
+        s1_secs: if quick { 2 } else { 3 },
+        s1_warm: 1,
+        s2_secs: if quick { 5 } else { 20 },
+        s2_warm: if quick { 1 } else { 2 },
+        s2_threads: 2,
+        s2_conns: 400,
+        s2_reps: 1,
+        s2_columns: None,
+        rb_requests: if quick { 5_000 } else { 30_000 },
+        s1_client: S1Client::Wrk,
+        out_dir: manifest.join("benches/results"),
+        ours_so: None,
+        given: args.iter().filter(|a| *a != "--bench").cloned().collect(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        let number = |name: &str, v: String| {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{name}: not a positive number: {v}"))
+        };
+        match arg.as_str() {
+            "--bench" | "--quick" => {}
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                return Ok(None);
+            }
+            "--only" => {
+                let list = value("--only")?;
+                o.s1 = false;
+                o.s2 = false;
+                o.s3 = false;
+                for part in list.split(',') {
+                    match part.trim().to_ascii_lowercase().as_str() {
+                        "s1" => o.s1 = true,
+                        "s2" => o.s2 = true,
+                        "s3" => o.s3 = true,
+                        other => return Err(format!("--only: unknown workload {other}")),
+                    }
+                }
+            }
+            "--reps" => o.reps = number("--reps", value("--reps")?)? as usize,
+            "--s1-secs" => o.s1_secs = number("--s1-secs", value("--s1-secs")?)?,
+            "--s2-secs" => o.s2_secs = number("--s2-secs", value("--s2-secs")?)?,
+            "--s2-conns" => {
+                o.s2_conns = number("--s2-conns", value("--s2-conns")?)?;
+                // wrk needs a connection per thread at least.
+                o.s2_threads = o.s2_threads.min(o.s2_conns.max(1));
+            }
+            "--s2-reps" => o.s2_reps = number("--s2-reps", value("--s2-reps")?)? as usize,
+            "--s2-columns" => {
+                let mut modes = Vec::new();
+                for part in value("--s2-columns")?.split(',') {
+                    modes.push(match part.trim() {
+                        "none" => Mode::NoRedis,
+                        "private" => Mode::Private,
+                        p if p.starts_with('p') => Mode::Pipelined(
+                            p[1..]
+                                .parse()
+                                .ok()
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| format!("--s2-columns: unknown column {p}"))?,
+                        ),
+                        n => Mode::Shared(
+                            n.parse()
+                                .ok()
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| format!("--s2-columns: unknown column {n}"))?,
+                        ),
+                    });
+                }
+                o.s2_columns = Some(modes);
+            }
+            "--s1-client" => {
+                o.s1_client = match value("--s1-client")?.as_str() {
+                    "wrk" => S1Client::Wrk,
+                    "ab" => S1Client::Ab,
+                    other => return Err(format!("--s1-client: wrk or ab, not {other}")),
+                }
+            }
+            "--out" => o.out_dir = PathBuf::from(value("--out")?),
+            "--ours" => o.ours_so = Some(PathBuf::from(value("--ours")?)),
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    Ok(Some(o))
+}

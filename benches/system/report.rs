@@ -1,0 +1,574 @@
+//! The Markdown report.
+use super::*;
+
+// Report
+
+/// (YYYY-MM-DD, HH:MM) in UTC.
+pub(crate) fn utc_now() -> (String, String) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    (
+        format!("{y:04}-{mo:02}-{d:02}"),
+        format!("{:02}:{:02}", rem / 3600, rem % 3600 / 60),
+    )
+}
+
+pub(crate) fn first_line(mut cmd: Process) -> String {
+    cmd.stdin(Stdio::null());
+    match cmd.output() {
+        Ok(out) => {
+            let mut t = String::from_utf8_lossy(&out.stdout).into_owned();
+            t.push_str(&String::from_utf8_lossy(&out.stderr));
+            t.lines().next().unwrap_or("").trim().to_owned()
+        }
+        Err(e) => format!("({e})"),
+    }
+}
+
+pub(crate) fn cmd(program: &str, args: &[&str]) -> Process {
+    let mut c = Process::new(program);
+    c.args(args);
+    c
+}
+
+pub(crate) fn machine_section(r: &mut String, load_start: &str) {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_default();
+    let mem = status_like("/proc/meminfo", "MemTotal")
+        .map_or("?".into(), |kb| format!("{:.1} GiB", kb as f64 / 1048576.0));
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load_end = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let _ = writeln!(r, "## Machine\n");
+    let _ = writeln!(r, "- nproc: {nproc}; CPU: {cpu}; memory: {mem}");
+    let _ = writeln!(r, "- kernel: {}", kernel.trim());
+    let _ = writeln!(
+        r,
+        "- load average (1, 5, 15 min) at start: {}; at end: {}",
+        load_start.trim(),
+        load_end
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _ = writeln!(
+        r,
+        "- net.ipv4.tcp_tw_reuse = {}",
+        fs::read_to_string("/proc/sys/net/ipv4/tcp_tw_reuse")
+            .unwrap_or_default()
+            .trim()
+    );
+    let _ = writeln!(r);
+}
+
+pub(crate) fn status_like(path: &str, key: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.lines().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+pub(crate) fn git_rev() -> String {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let rev = first_line(cmd("git", &["-C", dir, "rev-parse", "--short=12", "HEAD"]));
+    let dirty = Process::new("git")
+        .args(["-C", dir, "status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .map(|o| !o.stdout.is_empty())
+        .unwrap_or(false);
+    if dirty {
+        format!("{rev} (with uncommitted changes)")
+    } else {
+        rev
+    }
+}
+
+pub(crate) fn versions_section(r: &mut String, env: &Env, theirs: &Path) {
+    let _ = writeln!(r, "## Versions\n");
+    let _ = writeln!(r, "- varnishd: {}", first_line(cmd("varnishd", &["-V"])));
+    let _ = writeln!(
+        r,
+        "- redis-server: {}",
+        first_line(cmd("redis-server", &["--version"]))
+    );
+    let _ = writeln!(
+        r,
+        "- theirs: Debian `{THEIRS_PKG}` {} (`{}`, loaded with `import redis;`)",
+        dpkg_version(THEIRS_PKG).unwrap_or_default(),
+        theirs.display()
+    );
+    let _ = writeln!(
+        r,
+        "- ours: git {} (`cargo build --release`, loaded by absolute path from a copy in `{}`)",
+        git_rev(),
+        env.ours_so
+            .parent()
+            .map_or(String::new(), |p| p.display().to_string())
+    );
+    let _ = writeln!(r, "- {}", first_line(cmd("rustc", &["-V"])));
+    let _ = writeln!(r, "- {}", first_line(cmd("wrk", &["-v"])));
+    let _ = writeln!(r);
+}
+
+pub(crate) fn commands_section(r: &mut String) {
+    let _ = writeln!(r, "## Commands\n");
+    let _ = writeln!(
+        r,
+        "The first of each kind, as run (ports and paths vary per run; every \
+         varnishd gets a fresh `-n` directory and a free port).\n"
+    );
+    let _ = writeln!(r, "```sh");
+    for (kind, line) in COMMANDS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = writeln!(r, "# {kind}\n{line}");
+    }
+    let _ = writeln!(
+        r,
+        "# Redis INFO (clients mid-run, stats before/after each run) over one persistent \
+         connection of the harness, subtracted from connected_clients"
+    );
+    let _ = writeln!(r, "```\n");
+}
+
+pub(crate) struct Targets {
+    pub(crate) lines: Vec<String>,
+}
+
+impl Targets {
+    pub(crate) fn add(&mut self, text: String) {
+        self.lines.push(text);
+    }
+}
+
+/// One S1 table: a row per N, a column per command and VMOD, each cell
+/// `show`ing the repetitions of `what`.
+pub(crate) fn s1_cell_table(
+    r: &mut String,
+    s1: &S1,
+    title: &str,
+    what: fn(&Cell) -> f64,
+    show: impl Fn(&[f64]) -> String,
+) {
+    let _ = writeln!(r, "### {title}\n");
+    let _ = writeln!(
+        r,
+        "| N | SET ours | SET theirs | GET ours | GET theirs | EVAL ours | EVAL theirs |"
+    );
+    let _ = writeln!(r, "|---:|---:|---:|---:|---:|---:|---:|");
+    for n in S1_NS {
+        let mut row = format!("| {n} |");
+        for ci in 0..S1_CMDS.len() {
+            for vi in 0..2 {
+                let _ = write!(row, " {} |", show(&s1.values(vi, ci, n, what)));
+            }
+        }
+        let _ = writeln!(r, "{row}");
+    }
+    let _ = writeln!(r);
+}
+
+pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &mut Targets) {
+    let reps = s1.cells.len();
+    let _ = writeln!(r, "## S1: VMOD overhead (seed 001)\n");
+    let _ = writeln!(
+        r,
+        "Private connections, `max_connections=1`; one client in a closed loop \
+         ({}), {} s per cell after a {} s warm-up on the same URL; {reps} \
+         repetitions, each: redis-benchmark, then both varnishd started side by side and every \
+         cell measured on ours then on theirs, back to back. \
+         Figures are medians over the repetitions, ± the spread (max − min) / median.\n",
+        match o.s1_client {
+            S1Client::Wrk => "`wrk -t1 -c1 --latency`; ms/request = 1000 / req/s",
+            S1Client::Ab => "`ab -k -c 1 -t`; ms/request = time / requests",
+        },
+        s1.secs,
+        o.s1_warm
+    );
+    let _ = writeln!(r, "![S1 plot]({svg_name})\n");
+    s1_cell_table(
+        r,
+        s1,
+        "ms per request",
+        |c| c.ms,
+        |v| format!("{} ±{}%", f(median(v), 4), f(spread_pct(v), 1)),
+    );
+    s1_cell_table(
+        r,
+        s1,
+        "varnishd child CPU per request (µs, utime + stime)",
+        |c| c.cpu_us,
+        |v| f(median(v), 1),
+    );
+
+    let rtt = |k: usize, p50: bool| -> Vec<f64> {
+        s1.rtt
+            .iter()
+            .map(|x| if p50 { x[k].0 } else { x[k].1 } * 1000.0)
+            .collect()
+    };
+    let _ = writeln!(
+        r,
+        "### Per-command slope (least squares over N = 0, 1, 2, 4, 8)\n"
+    );
+    let _ = writeln!(
+        r,
+        "| command | ours µs | theirs µs | ours / theirs | Redis RTT p50 µs (avg) | ours / RTT | theirs / RTT | blocking RTT p50 µs (mean) | ours / blocking p50 | ours per rep | theirs per rep |"
+    );
+    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
+    let blocking = |k: usize, p50: bool| -> Vec<f64> {
+        s1.rtt_blocking
+            .iter()
+            .map(|x| if p50 { x[k].0 } else { x[k].1 } * 1000.0)
+            .collect()
+    };
+    let rtt_names = ["SET", "GET", "EVALSHA"];
+    for (ci, cmd) in S1_CMDS.iter().enumerate() {
+        let ours = s1.slopes(0, ci, |c| c.ms, 1000.0);
+        let theirs = s1.slopes(1, ci, |c| c.ms, 1000.0);
+        let (mo, mt) = (median(&ours), median(&theirs));
+        let rtt_p50 = median(&rtt(ci, true));
+        let rtt_avg = median(&rtt(ci, false));
+        let b_p50 = median(&blocking(ci, true));
+        let b_mean = median(&blocking(ci, false));
+        let list = |v: &[f64]| v.iter().map(|x| f(*x, 1)).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(
+            r,
+            "| {cmd} | {} | {} | {} | {} ({}) {} | {} | {} | {} ({}) | {} | {} | {} |",
+            f(mo, 1),
+            f(mt, 1),
+            f(ratio(mo, mt), 3),
+            f(rtt_p50, 0),
+            f(rtt_avg, 0),
+            rtt_names[ci],
+            f(ratio(mo, rtt_p50), 3),
+            f(ratio(mt, rtt_p50), 3),
+            f(b_p50, 1),
+            f(b_mean, 1),
+            f(ratio(mo, b_p50), 3),
+            list(&ours),
+            list(&theirs)
+        );
+        t.add(format!(
+            "S1 latency {cmd}: ours/theirs slope {} (target ≤ 1.0): {}; ours slope / Redis {} RTT p50 {} (target ≤ 1.05): {} \
+             (vs the blocking-socket RTT p50: {})",
+            f(ratio(mo, mt), 3),
+            yes_no(ratio(mo, mt) <= 1.0),
+            rtt_names[ci],
+            f(ratio(mo, rtt_p50), 3),
+            yes_no(ratio(mo, rtt_p50) <= 1.05),
+            f(ratio(mo, b_p50), 3)
+        ));
+    }
+    let _ = writeln!(r);
+    let _ = writeln!(
+        r,
+        "Redis RTT per repetition (redis-benchmark -c 1, p50 / avg µs): {}\n",
+        s1.rtt
+            .iter()
+            .map(|x| x
+                .iter()
+                .zip(rtt_names)
+                .map(|(v, n)| format!("{n} {}/{}", f(v.0 * 1000.0, 0), f(v.1 * 1000.0, 0)))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let _ = writeln!(
+        r,
+        "redis-benchmark prints its latencies in steps of about 8 µs at this size (see the \
+         values above), too coarse for a 5 % target; the blocking RTT is the harness's own \
+         client (one connection with TCP_NODELAY, one request at a time, each timed, {} \
+         requests per command), which is also how a worker talks to Redis.\n",
+        o.rb_requests
+    );
+    if o.s1_client == S1Client::Wrk {
+        let _ = writeln!(
+            r,
+            "Robustness check: the same slopes from wrk's median latency (p50) instead of \
+             the mean, which a few scheduling stalls cannot move (µs, median over repetitions): {}\n",
+            S1_CMDS
+                .iter()
+                .enumerate()
+                .map(|(ci, cmd)| {
+                    let ours = median(&s1.slopes(0, ci, |c| c.load.p50_ms, 1000.0));
+                    let theirs = median(&s1.slopes(1, ci, |c| c.load.p50_ms, 1000.0));
+                    format!(
+                        "{cmd} ours {} / theirs {} (ratio {})",
+                        f(ours, 1),
+                        f(theirs, 1),
+                        f(ratio(ours, theirs), 3)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    let _ = writeln!(r, "### varnishd child CPU per command (slope, µs)\n");
+    let _ = writeln!(
+        r,
+        "| command | ours µs | theirs µs | ours / theirs | ours per rep | theirs per rep |"
+    );
+    let _ = writeln!(r, "|---|---:|---:|---:|---|---|");
+    for (ci, cmd) in S1_CMDS.iter().enumerate() {
+        let ours = s1.slopes(0, ci, |c| c.cpu_us, 1.0);
+        let theirs = s1.slopes(1, ci, |c| c.cpu_us, 1.0);
+        let (mo, mt) = (median(&ours), median(&theirs));
+        let list = |v: &[f64]| v.iter().map(|x| f(*x, 1)).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(
+            r,
+            "| {cmd} | {} | {} | {} | {} | {} |",
+            f(mo, 1),
+            f(mt, 1),
+            f(ratio(mo, mt), 3),
+            list(&ours),
+            list(&theirs)
+        );
+        t.add(format!(
+            "S1 CPU {cmd}: ours/theirs CPU per command {} (target ≤ 0.8): {}",
+            f(ratio(mo, mt), 3),
+            yes_no(ratio(mo, mt) <= 0.8)
+        ));
+    }
+    let _ = writeln!(r);
+    let _ = writeln!(r, "Sanity per repetition (ours / theirs): db.stats() commands.failed; db.stats() connections.total; Redis total_connections_received during the measured runs ({} requests per VMOD and repetition, all cells):\n",
+        s1.cells.first().map_or(0, |rep| rep[0].iter().filter(|((c, n), _)| *n > 0 || *c == 0).map(|(_, cell)| cell.load.requests).sum::<u64>()));
+    for (i, s) in s1.sanity.iter().enumerate() {
+        let _ = writeln!(
+            r,
+            "- rep {}: failed {} / {}; connections {} / {}; received {} / {}",
+            i + 1,
+            opt(s[0].failed),
+            opt(s[1].failed),
+            opt(s[0].connections),
+            opt(s[1].connections),
+            opt(s[0].received),
+            opt(s[1].received)
+        );
+    }
+    let _ = writeln!(r);
+}
+
+pub(crate) fn load_table(
+    r: &mut String,
+    rows: &[(RunCfg, [Run; 2])],
+    first_col: &str,
+    label: fn(&RunCfg) -> String,
+) {
+    let _ = writeln!(
+        r,
+        "| {first_col} | req/s ours | req/s theirs | ours / theirs | non-2xx o / t | socket err o / t | p50 ms o / t | p99 ms o / t | MAIN.threads o / t | Redis clients o / t | connections received o / t | workers.blocked o / t | commands.failed o / t | RSS MiB o / t | CPU µs/req o / t |"
+    );
+    let _ = writeln!(
+        r,
+        "|---|---:|---:|---:|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (cfg, [o, t]) in rows {
+        let mib = |kb: Option<u64>| kb.map_or("–".into(), |k| f(k as f64 / 1024.0, 1));
+        let _ = writeln!(
+            r,
+            "| {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |",
+            label(cfg),
+            f(o.load.rps, 0),
+            f(t.load.rps, 0),
+            f(ratio(o.load.rps, t.load.rps), 3),
+            o.load.non2xx,
+            t.load.non2xx,
+            o.load.socket_errors,
+            t.load.socket_errors,
+            f(o.load.p50_ms, 2),
+            f(t.load.p50_ms, 2),
+            f(o.load.p99_ms, 1),
+            f(t.load.p99_ms, 1),
+            opt(o.threads_mid),
+            opt(t.threads_mid),
+            opt(o.redis_clients_mid),
+            opt(t.redis_clients_mid),
+            opt(o.conns_received),
+            opt(t.conns_received),
+            opt(o.blocked),
+            opt(t.blocked),
+            opt(o.cmds_failed),
+            opt(t.cmds_failed),
+            mib(o.rss_kb),
+            mib(t.rss_kb),
+            f(o.cpu_us_per_req, 1),
+            f(t.cpu_us_per_req, 1)
+        );
+    }
+    let _ = writeln!(r);
+}
+
+pub(crate) fn s2_section(
+    r: &mut String,
+    rows: &[(RunCfg, [Run; 2])],
+    o: &Opts,
+    svg_name: &str,
+    t: &mut Targets,
+) {
+    let _ = writeln!(r, "## S2: private vs shared (seed 000)\n");
+    let _ = writeln!(
+        r,
+        "SET + GET + EVAL per request with the seed's reply checks (500 / 501 / 502 on a wrong reply type), \
+         `wrk -t{} -c{} -d{}s --latency` after a {} s warm-up with the same load; one fresh varnishd per \
+         column and VMOD, ours first. \"no Redis\": the VMOD is imported and `db` created, no command runs. \
+         MAIN.threads and Redis connected_clients are sampled once mid-run; connections received is the \
+         delta of Redis `total_connections_received` over the measured run; workers.blocked is read from \
+         `db.stats()` before and after the measured run (the delta); RSS is the varnishd child's VmRSS after the run.\n",
+        o.s2_threads, o.s2_conns, o.s2_secs, o.s2_warm
+    );
+    let _ = writeln!(r, "![S2 plot]({svg_name})\n");
+    load_table(r, rows, "column", RunCfg::column);
+    let modes = columns(rows);
+    let reps = rows.first().map_or(1, |(c, _)| c.reps);
+    if reps > 1 {
+        let _ = writeln!(
+            r,
+            "Median req/s over the {reps} repetitions: {}\n",
+            modes
+                .iter()
+                .map(|&m| {
+                    let (o, t) = (
+                        median_rps(rows, |c| c.mode == m, 0),
+                        median_rps(rows, |c| c.mode == m, 1),
+                    );
+                    format!(
+                        "{} {} / {} (×{})",
+                        m.label(),
+                        f(o, 0),
+                        f(t, 0),
+                        f(ratio(o, t), 3)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    let mut all = true;
+    let mut worst = (f64::INFINITY, String::new());
+    for &m in modes.iter().filter(|m| **m != Mode::NoRedis) {
+        let q = ratio(
+            median_rps(rows, |c| c.mode == m, 0),
+            median_rps(rows, |c| c.mode == m, 1),
+        );
+        all &= q >= 1.1;
+        if q < worst.0 {
+            worst = (q, m.label());
+        }
+    }
+    t.add(format!(
+        "S2 req/s ours ≥ 1.1 × theirs in every Redis column{} (lowest: {} at {}): {}",
+        if reps > 1 { ", medians" } else { "" },
+        f(worst.0, 3),
+        worst.1,
+        yes_no(all)
+    ));
+    let non2xx: u64 = rows.iter().map(|(_, r)| r[0].load.non2xx).sum();
+    t.add(format!(
+        "S2 zero non-2xx for ours (total {non2xx}): {}",
+        yes_no(non2xx == 0)
+    ));
+    let find = |m: Mode| {
+        rows.iter()
+            .find(|(c, _)| c.mode == m)
+            .map(|(_, r)| r[0].clone())
+    };
+    if let (Some(s10), Some(p)) = (find(Mode::Shared(10)), find(Mode::Private)) {
+        let q = ratio(
+            median_rps(rows, |c| c.mode == Mode::Shared(10), 0),
+            median_rps(rows, |c| c.mode == Mode::Private, 0),
+        );
+        t.add(format!(
+            "S2 ours shared(10) / ours private = {} (target ≥ 0.95): {}; Redis clients mid-run {} vs {}",
+            f(q, 3),
+            yes_no(q >= 0.95),
+            opt(s10.redis_clients_mid),
+            opt(p.redis_clients_mid)
+        ));
+    }
+    if let Some((_, [o, th])) = rows.iter().find(|(c, _)| c.mode == Mode::Private) {
+        t.add(format!(
+            "S2 private: Redis connections received during the run, ours {} vs theirs {} for {} / {} requests",
+            opt(o.conns_received),
+            opt(th.conns_received),
+            o.load.requests,
+            th.load.requests
+        ));
+    }
+    let rss: Vec<f64> = rows
+        .iter()
+        .filter_map(|(_, r)| Some(ratio(r[0].rss_kb? as f64, r[1].rss_kb? as f64)))
+        .collect();
+    let _ = writeln!(
+        r,
+        "RSS ours / theirs: median {} (range {} – {}).\n",
+        f(median(&rss), 2),
+        f(min_max(&rss).0, 2),
+        f(min_max(&rss).1, 2)
+    );
+}
+
+pub(crate) fn s3_section(r: &mut String, rows: &[(RunCfg, [Run; 2])], o: &Opts) {
+    let _ = writeln!(r, "## S3: connections (seed 003)\n");
+    let _ = writeln!(
+        r,
+        "The S2 load (`wrk -t{} -c{} -d{}s`) on private and shared (max_connections=10), \
+         TCP (127.0.0.1) vs UNIX socket location, `connection_ttl` 0 (keep) vs 1 s (reconnect every second). \
+         The TCP / ttl 0 rows repeat the S2 columns in a later varnishd: compare them to see the run-to-run noise.\n",
+        o.s2_threads, o.s2_conns, o.s2_secs
+    );
+    load_table(r, rows, "configuration", RunCfg::label);
+    let get = |mode: Mode, unix: bool, ttl: u32, vi: usize| {
+        median_rps(
+            rows,
+            |c| c.mode == mode && c.unix == unix && c.ttl == ttl,
+            vi,
+        )
+    };
+    let _ = writeln!(r, "| ratio | ours | theirs |");
+    let _ = writeln!(r, "|---|---:|---:|");
+    for mode in [Mode::Private, Mode::Shared(10)] {
+        for ttl in [0, 1] {
+            let _ = writeln!(
+                r,
+                "| {}, ttl {ttl}: unix / tcp | {} | {} |",
+                mode.label(),
+                f(ratio(get(mode, true, ttl, 0), get(mode, false, ttl, 0)), 3),
+                f(ratio(get(mode, true, ttl, 1), get(mode, false, ttl, 1)), 3)
+            );
+        }
+        for unix in [false, true] {
+            let _ = writeln!(
+                r,
+                "| {}, {}: ttl 1 / ttl 0 | {} | {} |",
+                mode.label(),
+                if unix { "unix" } else { "tcp" },
+                f(ratio(get(mode, unix, 1, 0), get(mode, unix, 0, 0)), 3),
+                f(ratio(get(mode, unix, 1, 1), get(mode, unix, 0, 1)), 3)
+            );
+        }
+    }
+    let _ = writeln!(r);
+}

@@ -1,0 +1,185 @@
+//! The multiplexer against a real redis-server: every worker gets its own
+//! reply, deadlines leave the stream in step, failures reach everyone.
+use std::sync::Barrier;
+
+use super::*;
+use crate::command::Command;
+use crate::config::Protocol;
+use crate::connection::Connector;
+use crate::stats::Stats;
+use crate::testing::RedisProcess;
+
+fn connector(redis: &RedisProcess) -> Connector {
+    let location = redis.location().parse().expect("location");
+    Connector::new(&location, None, None, Protocol::Default, None, None).expect("connector")
+}
+
+fn packed(args: &[&str]) -> Vec<u8> {
+    let mut command = Command::new(args[0].as_bytes());
+    for arg in &args[1..] {
+        command.push(arg.as_bytes());
+    }
+    command.packed().to_vec()
+}
+
+fn run(
+    mux: &Multiplexed,
+    connector: &Connector,
+    args: &[&str],
+    deadline: Option<Instant>,
+) -> Result<Reply, MuxError> {
+    let stats = Stats::default();
+    mux.request(&packed(args), deadline, &stats, &mut |idle| {
+        idle.map_or_else(|| connector.connect(&stats), Ok)
+    })
+}
+
+/// Redis's clients on its socket, `redis-cli` itself excluded.
+fn clients(redis: &RedisProcess) -> usize {
+    let list = redis.cli(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|line| !line.contains("cmd=client"))
+        .count()
+}
+
+#[test]
+fn concurrent_workers_each_get_their_own_reply_on_one_connection() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    let threads = 16;
+    let per_thread = 300;
+    let start = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (mux, connector, start) = (&mux, &connector, &start);
+            scope.spawn(move || {
+                start.wait();
+                for i in 0..per_thread {
+                    let key = format!("k{t}-{i}");
+                    let value = format!("v{t}-{i}-{}", "x".repeat(i % 50));
+                    let set = run(mux, connector, &["SET", &key, &value], None).unwrap();
+                    assert_eq!(set, Reply::Status("OK".into()));
+                    let got = run(mux, connector, &["GET", &key], None).unwrap();
+                    assert_eq!(got, Reply::String(value.into_bytes()), "{key}");
+                }
+            });
+        }
+    });
+    assert_eq!(clients(&redis), 1, "one connection for all workers");
+    assert_eq!(mux.in_flight(), 0);
+    assert!(mux.is_open());
+}
+
+#[test]
+fn a_reply_that_comes_after_the_deadline_is_dropped_in_order() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    run(&mux, &connector, &["SET", "k", "v"], None).unwrap();
+    std::thread::scope(|scope| {
+        // A slow request times out; a request queued behind it waits
+        // longer and must get its own reply, not the slow one's.
+        let slow = scope.spawn(|| {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            run(&mux, &connector, &["DEBUG", "SLEEP", "0.3"], Some(deadline))
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let get = run(&mux, &connector, &["GET", "k"], Some(deadline)).unwrap();
+        assert_eq!(get, Reply::String(b"v".to_vec()));
+        let slow = slow.join().unwrap();
+        // The connection stays: not counted as dropped.
+        assert!(
+            matches!(slow, Err(MuxError::Collateral(Failure::Timeout))),
+            "{slow:?}"
+        );
+    });
+    let ping = run(&mux, &connector, &["PING"], None).unwrap();
+    assert_eq!(ping, Reply::Status("PONG".into()));
+    assert_eq!(clients(&redis), 1, "the connection was kept");
+}
+
+#[test]
+fn a_lone_timeout_closes_the_connection_that_still_owes_a_reply() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let slow = run(&mux, &connector, &["DEBUG", "SLEEP", "0.3"], Some(deadline));
+    assert!(
+        matches!(slow, Err(MuxError::Failed(Failure::Timeout))),
+        "{slow:?}"
+    );
+    assert!(!mux.is_open(), "nobody waits: the connection is closed");
+    let ping = run(&mux, &connector, &["PING"], None).unwrap();
+    assert_eq!(ping, Reply::Status("PONG".into()));
+}
+
+#[test]
+fn a_broken_connection_fails_every_request_on_it_then_reconnects() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    run(&mux, &connector, &["PING"], None).unwrap();
+    let waiters = 4;
+    let start = Barrier::new(waiters + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..waiters)
+            .map(|_| {
+                let (mux, connector, start) = (&mux, &connector, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    run(mux, connector, &["BLPOP", "nothing", "0"], Some(deadline))
+                })
+            })
+            .collect();
+        start.wait();
+        // All four are in flight (BLPOP blocks the connection), then the
+        // server drops the connection.
+        let until = Instant::now() + Duration::from_secs(3);
+        while mux.in_flight() < waiters {
+            assert!(Instant::now() < until, "requests not queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        redis.cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        let mut counted = 0;
+        for handle in handles {
+            let result = handle.join().unwrap();
+            counted += usize::from(matches!(result, Err(MuxError::Failed(_))));
+            assert!(
+                matches!(
+                    result,
+                    Err(MuxError::Failed(Failure::HungUp(_))
+                        | MuxError::Collateral(Failure::HungUp(_)))
+                ),
+                "{result:?}"
+            );
+        }
+        assert_eq!(counted, 1, "one dropped connection, counted once");
+    });
+    assert!(!mux.is_open());
+    let ping = run(&mux, &connector, &["PING"], None).unwrap();
+    assert_eq!(ping, Reply::Status("PONG".into()));
+}
+
+#[test]
+fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    let stats = Stats::default();
+    let refused = mux.request(&packed(&["PING"]), None, &stats, &mut |_| {
+        Err(Error::Backoff {
+            server: "test".into(),
+            retry_in_ms: 1,
+        })
+    });
+    assert!(matches!(refused, Err(MuxError::Connect(_))), "{refused:?}");
+    let ping = mux.request(&packed(&["PING"]), None, &stats, &mut |idle| {
+        idle.map_or_else(|| connector.connect(&stats), Ok)
+    });
+    assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
+}

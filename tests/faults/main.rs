@@ -1,0 +1,193 @@
+//! Fault suite: real varnishd + real redis-server processes under load, with
+//! faults injected (Redis killed, frozen, pool exhausted, VCL churn, soak).
+//!
+//! ```text
+//! cargo test --test faults                 # short scenarios (~2-3 min)
+//! cargo test --test faults -- --ignored    # long ones: churn x200, 10 min soaks
+//! cargo test --test faults -- s2           # a subset (substring of the name)
+//! cargo test --release --test faults       # figures from a release build
+//! ```
+//!
+//! Every trial starts its own redis-server (loopback, free port) and its own
+//! `varnishd -F` (loopback, free port, `-n <dir>`), loads a generated VCL,
+//! drives HTTP/1.1 keep-alive GETs at it from a built-in load driver (std
+//! threads, fixed duration, per-request latency and outcome recorded), injects
+//! the fault, then checks:
+//!
+//! * `MGT.child_panic` and `MGT.child_died` are 0 and the child is the same
+//!   process as at start;
+//! * no request hung past its deadline, every response is a 200 (the VCL
+//!   falls back when `replied()` is false and says so in `x-redis`);
+//! * nothing leaked: the child's thread count, its file descriptors other than
+//!   Redis sockets (`/proc/<child>/fd`), its Redis sockets against the bound
+//!   the configuration promises, and Redis's own `connected_clients`.
+//!
+//! Each trial prints its figures (requests, fallbacks, worst / p99 latency,
+//! counters, fds / threads / RSS before and after). Trials run one at a time
+//! (the figures are latencies on a small machine) unless `--test-threads` is
+//! given.
+//!
+//! # Scenarios (each in private and shared mode unless said otherwise)
+//! * `s1.kill-restart.*`: Redis SIGKILLed under load (20 clients), restarted
+//!   2 s later on its port: every request answered (fallback while down),
+//!   no fallback from `sickness_ttl` + 1 s after the restart on, a reply
+//!   within the reconnect spacing cap (1 s) + 1 s of Redis answering PING,
+//!   failed connection attempts bounded by the spacing (no storm), the
+//!   counters reconcile with what the clients saw.
+//! * `s2.freeze.*.retries{0,1}`: Redis SIGSTOPped for 5 s (50 clients, both
+//!   timeouts 200 ms, shared pool of 4): every request within
+//!   `(connection_timeout + command_timeout) x (1 + retries) + 50 ms`,
+//!   no fallback once that long (plus the 1 s reconnect spacing cap) after
+//!   SIGCONT.
+//! * `s3.pool-exhaustion.*`: 200 clients, `max_connections=1`, fast commands
+//!   then one in four a 10 ms `DEBUG SLEEP`: every request replied or timed
+//!   out within the bound, `workers.blocked` counts (shared), replies in
+//!   every 500 ms (shared; private mode has no admission control and is
+//!   only reported in the slow phase).
+//! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
+//!   vcl.discard cycles of a VCL with a private and a shared database
+//!   while 16 clients run: threads, fds and Redis connections do not grow,
+//!   and varnishstat lists the REDIS.* counters of the live VCL only.
+//! * `s7.soak.*` (ignored): `FAULTS_SOAK_SECS` of SET + GET + EVAL per
+//!   request (16 clients): VmRSS and fds flat within 5 % after the warm-up,
+//!   the heap (RssAnon) flat over the second half, Redis connections within
+//!   the promised bound.
+//!
+//! varnishd runs with one fixed pool of 300 worker threads (a thread count
+//! that does not move is a leak detector), `vsl_space=16M` (else VmRSS
+//! grows by the log's pages for a while) and the VCL's C compiled at `-O0`
+//! (a churn cycle is mostly that compile).
+//!
+//! # The VCL
+//! One database object per trial (two in the churn), driven by URL:
+//! `/<db>/set/<key>`, `/<db>/get/<key>`, `/<db>/eval/<key>` run one command,
+//! `/<db>/mix/<key>` runs SET, GET and EVAL; `/<db>/stats` returns the
+//! counters as `x-c-<name>` headers (dots as dashes) and the JSON as body;
+//! `/ping` does not touch Redis. `x-r` lists each command's outcome: `1`
+//! reply, `e` error reply, `0` no reply (the fallback).
+//!
+//! # Environment
+//! * `VMOD_REDIS_SO`: use this .so as is (no build); otherwise `cargo build
+//!   --lib` is run once, as in `tests/vtc.rs`.
+//! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
+//! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
+//! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
+
+mod freeze;
+mod http;
+mod kill_restart;
+mod load;
+mod pool_exhaustion;
+mod procs;
+mod redis;
+mod setup;
+mod soak;
+#[path = "../support/mod.rs"]
+mod support;
+mod varnish;
+mod vcl;
+mod vcl_churn;
+
+use freeze::*;
+use http::*;
+use kill_restart::*;
+use libtest_mimic::{Arguments, Failed, Trial};
+use load::*;
+use pool_exhaustion::*;
+use procs::*;
+use redis::*;
+use setup::*;
+use soak::*;
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use support::{
+    cleanup_all, find_cache_child, make_dir, proc_status, redis_cmd, register_pid, signal,
+    stop_child, tail_file, unregister_pid, wait_ready, write_public, Res, Varnishd, Waited,
+};
+use varnish::*;
+use vcl::*;
+use vcl_churn::*;
+/// Worker threads of the varnishd child: one pool, fixed size, so that the
+/// thread count is a clean leak detector and 200 clients never queue.
+const WORKER_THREADS: u32 = 300;
+
+fn main() {
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(1);
+    }
+    let _ = ctrlc::set_handler(|| {
+        cleanup_all();
+        std::process::exit(130);
+    });
+    let soak_secs = env_u64("FAULTS_SOAK_SECS", 600);
+    let churn_long = env_u64("FAULTS_CHURN_LONG", 200) as usize;
+    let mut trials = Vec::new();
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+        trials.push(Trial::test(
+            format!("s1.kill-restart.{}", mode.name()),
+            move || s1_kill_restart(mode),
+        ));
+    }
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+        for retries in [0, 1] {
+            trials.push(Trial::test(
+                format!("s2.freeze.{}.retries{retries}", mode.name()),
+                move || s2_freeze(mode, retries),
+            ));
+        }
+    }
+    trials.push(Trial::test("s3.pool-exhaustion.shared", || {
+        s3_pool_exhaustion(Mode::Shared)
+    }));
+    trials.push(Trial::test("s3.pool-exhaustion.private", || {
+        s3_pool_exhaustion(Mode::Private)
+    }));
+    trials.push(Trial::test("s3.pool-exhaustion.pipelined", || {
+        s3_pool_exhaustion(Mode::Pipelined)
+    }));
+    trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
+    trials.push(
+        Trial::test(format!("s6.vcl-churn.{churn_long}"), move || {
+            s6_vcl_churn(churn_long)
+        })
+        .with_ignored_flag(true),
+    );
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+        trials.push(
+            Trial::test(format!("s7.soak.{}", mode.name()), move || {
+                s7_soak(mode, Duration::from_secs(soak_secs))
+            })
+            .with_ignored_flag(true),
+        );
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    cleanup_all();
+    if let Some(base) = support::created_base_dir() {
+        if keep() {
+            eprintln!("faults: kept {}", base.display());
+        } else {
+            let _ = fs::remove_dir_all(base);
+        }
+    }
+    conclusion.exit();
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn keep() -> bool {
+    std::env::var_os("FAULTS_KEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}

@@ -1,0 +1,108 @@
+//! The redis-server of a trial.
+use super::*;
+
+pub(crate) fn redis_info(port: u16, section: &str, field: &str) -> Option<u64> {
+    let info = redis_cmd(port, None, &["INFO", section]).ok()?;
+    info.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+pub(crate) struct Redis {
+    pub(crate) dir: PathBuf,
+    pub(crate) port: u16,
+    pub(crate) child: Option<Child>,
+    pub(crate) pid: i32,
+}
+
+impl Redis {
+    /// Starts on a free port (tries a few).
+    pub(crate) fn start(dir: &Path) -> Res<Redis> {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut redis = Redis {
+                dir: dir.to_path_buf(),
+                port: support::free_port()?,
+                child: None,
+                pid: 0,
+            };
+            match redis.spawn() {
+                Ok(()) => return Ok(redis),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    pub(crate) fn log(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// Starts redis-server on `self.port` and waits (10 s at most) for PING.
+    pub(crate) fn spawn(&mut self) -> Res<()> {
+        let data = self.dir.join("redis.data");
+        make_dir(&data)?;
+        let mut cmd = support::redis_server(self.port, &data, &self.log());
+        cmd.args(["--enable-debug-command", "yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = support::spawn(&mut cmd, "redis-server")?;
+        self.pid = child.id() as i32;
+        let port = self.port;
+        let waited = wait_ready(
+            &mut child,
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+        );
+        let what = match waited {
+            Waited::Ready => {
+                self.child = Some(child);
+                return Ok(());
+            }
+            Waited::Exited(status) => format!("exited ({status})"),
+            Waited::TimedOut => {
+                let _ = child.kill();
+                let _ = child.wait();
+                "not up after 10 s".to_string()
+            }
+        };
+        unregister_pid(self.pid);
+        Err(format!(
+            "redis-server on port {port} {what}:\n{}",
+            tail_file(&self.log(), 20)
+        ))
+    }
+
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            unregister_pid(self.pid);
+        }
+    }
+
+    pub(crate) fn freeze(&mut self) {
+        signal(self.pid, libc::SIGSTOP);
+    }
+
+    pub(crate) fn thaw(&mut self) -> Res<()> {
+        signal(self.pid, libc::SIGCONT);
+        Ok(())
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_child(child, "redis-server", Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,156 @@
+//! The VCL of a trial: its database objects and URLs.
+use super::*;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    Private,
+    Shared,
+    /// Shared, with [ext] `pipelining=true`.
+    Pipelined,
+}
+
+impl Mode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Private => "private",
+            Mode::Shared => "shared",
+            Mode::Pipelined => "pipelined",
+        }
+    }
+
+    pub(crate) fn shared(self) -> bool {
+        self != Mode::Private
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct DbSpec {
+    pub(crate) name: &'static str,
+    pub(crate) mode: Mode,
+    pub(crate) max_connections: u32,
+    pub(crate) connection_timeout: u32,
+    pub(crate) command_timeout: u32,
+    pub(crate) retries: u32,
+    pub(crate) sickness_ttl: u32,
+}
+
+impl DbSpec {
+    pub(crate) fn new(name: &'static str, mode: Mode) -> DbSpec {
+        DbSpec {
+            name,
+            mode,
+            max_connections: if mode.shared() { 8 } else { 1 },
+            connection_timeout: 500,
+            command_timeout: 500,
+            retries: 0,
+            sickness_ttl: 1,
+        }
+    }
+
+    /// The bound on one command: `(connection_timeout + command_timeout)
+    /// x (1 + retries) + 50 ms`.
+    pub(crate) fn command_bound(&self) -> Duration {
+        Duration::from_millis(
+            u64::from(self.connection_timeout + self.command_timeout) * u64::from(1 + self.retries)
+                + 50,
+        )
+    }
+}
+
+pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> String {
+    let mut v = format!(
+        "vcl 4.1;\n# {comment}\nimport redis from \"{}\";\nbackend default none;\n\nsub vcl_init {{\n",
+        so.display()
+    );
+    for db in dbs {
+        v.push_str(&format!(
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = master,\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{});\n",
+            db.name,
+            db.mode.shared(),
+            db.max_connections,
+            db.connection_timeout,
+            db.command_timeout,
+            db.retries,
+            db.sickness_ttl,
+            if db.mode == Mode::Pipelined {
+                ", pipelining = true"
+            } else {
+                ""
+            }
+        ));
+    }
+    v.push_str(
+        r#"}
+
+sub vcl_recv {
+    return (synth(200));
+}
+
+sub vcl_synth {
+    set resp.http.Content-Type = "text/plain";
+    set resp.http.x-r = "r";
+    if (req.url == "/ping") {
+        synthetic("pong");
+        return (deliver);
+    }
+    set req.http.x-key = "fault:" + regsub(req.url, "^/[^/]*/[^/]*/?", "");
+"#,
+    );
+    for db in dbs {
+        let n = db.name;
+        let record = format!(
+            r#"            if ({n}.replied() && !{n}.reply_is_error()) {{
+                set resp.http.x-r = resp.http.x-r + "1";
+            }} elsif ({n}.replied()) {{
+                set resp.http.x-r = resp.http.x-r + "e";
+            }} else {{
+                set resp.http.x-r = resp.http.x-r + "0";
+            }}
+"#
+        );
+        v.push_str(&format!("    if (req.url ~ \"^/{n}/stats\") {{\n"));
+        for c in COUNTERS {
+            v.push_str(&format!(
+                "        set resp.http.x-c-{} = {n}.counter(\"{c}\");\n",
+                c.replace('.', "-")
+            ));
+        }
+        v.push_str(&format!(
+            "        synthetic({n}.stats());\n        return (deliver);\n    }}\n"
+        ));
+        v.push_str(&format!("    if (req.url ~ \"^/{n}/\") {{\n"));
+        v.push_str(&format!(
+            "        if (req.url ~ \"^/{n}/(set|mix)/\") {{\n            {n}.command(\"SET\");\n            {n}.push(req.http.x-key);\n            {n}.push(req.url);\n            {n}.execute();\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
+            "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
+            "        if (req.url ~ \"^/{n}/slow/\") {{\n            {n}.command(\"DEBUG\");\n            {n}.push(\"SLEEP\");\n            {n}.push(\"0.01\");\n            {n}.execute();\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
+            "        if (req.url ~ \"^/{n}/(eval|mix)/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"return redis.call('INCR', KEYS[1])\"}});\n            {n}.push(\"1\");\n            {n}.push(req.http.x-key + \":n\");\n            {n}.execute();\n{record}        }}\n    }}\n"
+        ));
+    }
+    v.push_str(
+        r#"    if (resp.http.x-r ~ "0") {
+        # Redis did not answer: fall back, still a 200.
+        set resp.http.x-redis = "fallback";
+        synthetic("fallback");
+    } else {
+        set resp.http.x-redis = "yes";
+        synthetic("ok");
+    }
+    return (deliver);
+}
+"#,
+    );
+    v
+}
+
+pub(crate) fn one_command_paths(db: &str) -> Vec<String> {
+    ["set", "get", "eval"]
+        .iter()
+        .map(|op| format!("/{db}/{op}/c{{c}}"))
+        .collect()
+}
