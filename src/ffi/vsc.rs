@@ -10,7 +10,7 @@ use super::{bindings, c_text, Ctx};
 use crate::stats::{Counter, CounterMemory};
 
 // The generated struct is one uint64_t per counter, in Counter::ALL order
-// (stats.rs's unit test checks the names and order of vmod_redis.vsc).
+// (a unit test in src/stats/tests.rs checks the names and order of vmod_redis.vsc).
 const _: () = assert!(
     std::mem::size_of::<bindings::VSC_redis>() == Counter::COUNT * std::mem::size_of::<u64>()
 );

@@ -1,6 +1,6 @@
 //! Process plumbing shared by `tests/vtc.rs`, `tests/faults/` and
 //! `benches/system/` (the bench includes this file with
-//! `#[path = "../tests/support/mod.rs"] mod support;`).
+//! `#[path = "../../tests/support/mod.rs"] mod support;`).
 //!
 //! * the temporary directory `$TMPDIR/vmod-redis-<target>.<pid>` (mode 0755,
 //!   varnishd drops privileges), one directory per trial, the .so built with

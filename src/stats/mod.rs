@@ -1,0 +1,499 @@
+//! Counters of one database object and their JSON / Prometheus renderings.
+//!
+//! Counters are bumped on the hot path of every command by every Varnish
+//! worker, so they are plain relaxed atomics: no lock, and a reader may see
+//! counters of one rendering a few increments apart, which monitoring
+//! tolerates. The renderings keep the exact key names, metric names, label
+//! order and punctuation of libvmod-redis 15.1 (captured output in the test
+//! module below), so dashboards and scrapers built on it keep working.
+//! Per-server data, which that VMOD does not show, is appended only when the
+//! caller passes servers (see [`StatsContext::servers`]).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::Role;
+
+/// One counter of a database object. The declaration order is the output
+/// order of libvmod-redis, and `ALL[c as usize] == c`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// Servers added to the database.
+    ServersTotal,
+    /// Servers that could not be added (bad location, failed discovery).
+    ServersFailed,
+    /// Connections established.
+    ConnectionsTotal,
+    /// Connection attempts that failed (refused, timeout, AUTH / HELLO error).
+    ConnectionsFailed,
+    /// Connections closed after an I/O or protocol error.
+    DroppedError,
+    /// Connections found closed by the server.
+    DroppedHungUp,
+    /// Private connections evicted past `max_connections` (LRU).
+    DroppedOverflow,
+    /// Connections replaced after `connection_ttl`.
+    DroppedTtl,
+    /// Connections opened before a change of the servers or their roles
+    /// (e.g. Sentinel events), closed when next used.
+    DroppedVersion,
+    /// Idle connections closed because their server was marked sick.
+    DroppedSick,
+    /// Workers that had to wait for a pooled (shared) connection.
+    WorkersBlocked,
+    /// Executions that got a reply, error replies included (libvmod-redis:
+    /// an `EVAL` that fell back from `EVALSHA` counts once).
+    CommandsTotal,
+    /// Executions that got no reply (no connection, I/O error, timeout),
+    /// not counted in `commands.total`.
+    CommandsFailed,
+    /// Retries after a failed execution.
+    CommandsRetried,
+    /// Error replies.
+    CommandsError,
+    /// `NOSCRIPT` replies to `EVALSHA` (followed by an `EVAL`).
+    CommandsNoscript,
+    /// Cluster slot discoveries.
+    ClusterDiscoveriesTotal,
+    /// Cluster slot discoveries that failed.
+    ClusterDiscoveriesFailed,
+    /// `MOVED` redirections followed.
+    ClusterRepliesMoved,
+    /// `ASK` redirections followed.
+    ClusterRepliesAsk,
+    /// [ext] Connections closed when released because a command changed
+    /// their state (`SELECT`, `CLIENT SETNAME`...) or the task ended with
+    /// its `MULTI` / `WATCH` open.
+    DroppedState,
+    /// [ext] `pipelining=true`: writes of queued commands on a multiplexed
+    /// connection.
+    PipelineBatches,
+    /// [ext] `pipelining=true`: commands written in those batches (their
+    /// mean size is `commands / batches`).
+    PipelineCommands,
+}
+
+/// Prometheus family that groups the `connections.dropped.*` counters under
+/// a `reason` label, as libvmod-redis does.
+const DROPPED_PREFIX: &str = "connections.dropped.";
+
+impl Counter {
+    /// Number of counters.
+    pub const COUNT: usize = 23;
+
+    /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
+    /// the others are [ext], shown only in the [ext] part of the output
+    /// (their names start with `ext.`).
+    pub const C_VMOD: usize = 20;
+
+    /// Every counter, in output order.
+    pub const ALL: [Counter; Counter::COUNT] = [
+        Counter::ServersTotal,
+        Counter::ServersFailed,
+        Counter::ConnectionsTotal,
+        Counter::ConnectionsFailed,
+        Counter::DroppedError,
+        Counter::DroppedHungUp,
+        Counter::DroppedOverflow,
+        Counter::DroppedTtl,
+        Counter::DroppedVersion,
+        Counter::DroppedSick,
+        Counter::WorkersBlocked,
+        Counter::CommandsTotal,
+        Counter::CommandsFailed,
+        Counter::CommandsRetried,
+        Counter::CommandsError,
+        Counter::CommandsNoscript,
+        Counter::ClusterDiscoveriesTotal,
+        Counter::ClusterDiscoveriesFailed,
+        Counter::ClusterRepliesMoved,
+        Counter::ClusterRepliesAsk,
+        Counter::DroppedState,
+        Counter::PipelineBatches,
+        Counter::PipelineCommands,
+    ];
+
+    /// The dotted path of the counter in the JSON output, also the name
+    /// `.counter()` takes, e.g. `connections.dropped.hung_up`.
+    pub fn json_name(self) -> &'static str {
+        match self {
+            Counter::ServersTotal => "servers.total",
+            Counter::ServersFailed => "servers.failed",
+            Counter::ConnectionsTotal => "connections.total",
+            Counter::ConnectionsFailed => "connections.failed",
+            Counter::DroppedError => "connections.dropped.error",
+            Counter::DroppedHungUp => "connections.dropped.hung_up",
+            Counter::DroppedOverflow => "connections.dropped.overflow",
+            Counter::DroppedTtl => "connections.dropped.ttl",
+            Counter::DroppedVersion => "connections.dropped.version",
+            Counter::DroppedSick => "connections.dropped.sick",
+            Counter::WorkersBlocked => "workers.blocked",
+            Counter::CommandsTotal => "commands.total",
+            Counter::CommandsFailed => "commands.failed",
+            Counter::CommandsRetried => "commands.retried",
+            Counter::CommandsError => "commands.error",
+            Counter::CommandsNoscript => "commands.noscript",
+            Counter::ClusterDiscoveriesTotal => "cluster.discoveries.total",
+            Counter::ClusterDiscoveriesFailed => "cluster.discoveries.failed",
+            Counter::ClusterRepliesMoved => "cluster.replies.moved",
+            Counter::ClusterRepliesAsk => "cluster.replies.ask",
+            Counter::DroppedState => "ext.connections.dropped.state",
+            Counter::PipelineBatches => "ext.pipelining.batches",
+            Counter::PipelineCommands => "ext.pipelining.commands",
+        }
+    }
+
+    /// The counter whose [`json_name`](Self::json_name) is `name` (exact,
+    /// case-sensitive, as in libvmod-redis).
+    pub fn from_name(name: &str) -> Option<Counter> {
+        Counter::ALL.into_iter().find(|c| c.json_name() == name)
+    }
+
+    /// Prometheus family (dots become `_`) and `reason` label value. The
+    /// family is returned as the dotted path to avoid an allocation.
+    fn prometheus_parts(self) -> (&'static str, Option<&'static str>) {
+        let name = self.json_name();
+        match name.strip_prefix(DROPPED_PREFIX) {
+            Some(reason) => (&DROPPED_PREFIX[..DROPPED_PREFIX.len() - 1], Some(reason)),
+            None => (name, None),
+        }
+    }
+}
+
+/// What one server of a database looks like right now; filled by the
+/// database layer when `.stats()` runs. These are [ext] data: libvmod-redis
+/// shows no per-server data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSnapshot {
+    /// Canonical location text (`Location`'s Display).
+    pub location: String,
+    /// Current role; `Auto` while the server has not told it yet.
+    pub role: Role,
+    /// Marked sick (connection or I/O failure less than `sickness_ttl` ago).
+    pub sick: bool,
+    /// Connections currently open to the server (all workers, or the pool).
+    pub connections_open: u64,
+    /// Of those, connections idle right now.
+    pub connections_idle: u64,
+}
+
+/// What the renderings need besides the counters.
+#[derive(Clone, Copy, Debug)]
+pub struct StatsContext<'a> {
+    /// VCL name of the database object (`name` label).
+    pub db_name: &'a str,
+    /// Per-server state. Empty: the output is byte for byte that of
+    /// libvmod-redis; non-empty: the [ext] counters, a `server_list` JSON
+    /// array and `server_*` gauge families are appended.
+    pub servers: &'a [ServerSnapshot],
+}
+
+impl StatsContext<'_> {
+    /// The counters to show: libvmod-redis's, then [ext] ones with the
+    /// rest of the [ext] part.
+    fn counters(&self) -> &'static [Counter] {
+        if self.servers.is_empty() {
+            &Counter::ALL[..Counter::C_VMOD]
+        } else {
+            &Counter::ALL
+        }
+    }
+}
+
+/// The name prefix libvmod-redis uses by default, and also when the VCL
+/// passes an empty one.
+pub const DEFAULT_PROMETHEUS_PREFIX: &str = "vmod_redis_";
+
+/// The Prometheus arguments of `.stats()`.
+#[derive(Clone, Copy, Debug)]
+pub struct PrometheusOptions<'a> {
+    /// Prepended to every metric name; "" means [`DEFAULT_PROMETHEUS_PREFIX`]
+    /// (what libvmod-redis does).
+    pub name_prefix: &'a str,
+    /// Add `name="<db>"` (and `server="<location>"` on per-server metrics).
+    pub default_labels: bool,
+    /// Raw label text such as `env="prod",dc="x"`, placed first as
+    /// libvmod-redis does. Leading and trailing blanks and commas are
+    /// trimmed (libvmod-redis would print `,,` and break the scrape).
+    pub extra_labels: &'a str,
+}
+
+impl Default for PrometheusOptions<'_> {
+    /// The VCL defaults of `.stats()`.
+    fn default() -> Self {
+        PrometheusOptions {
+            name_prefix: DEFAULT_PROMETHEUS_PREFIX,
+            default_labels: true,
+            extra_labels: "",
+        }
+    }
+}
+
+/// Where the counters of one database object live: in the object's own
+/// memory, or in the varnishstat segment that the FFI layer allocates
+/// (`REDIS.<vcl>.<object>`), so that varnishstat reads the very counters
+/// the commands bump: no copy, no lock, no second increment.
+pub trait CounterMemory: Send + Sync {
+    /// The counters, indexed like [`Counter::ALL`].
+    fn cells(&self) -> &[AtomicU64; Counter::COUNT];
+
+    /// Shows or hides the counters from varnishstat (the VCL's temperature).
+    fn set_visible(&self, _visible: bool) {}
+}
+
+/// Counters in the object's own memory (unit tests, or when no
+/// varnishstat segment could be made).
+#[derive(Default)]
+struct OwnCounters([AtomicU64; Counter::COUNT]);
+
+impl CounterMemory for OwnCounters {
+    fn cells(&self) -> &[AtomicU64; Counter::COUNT] {
+        &self.0
+    }
+}
+
+/// The counters of one database object.
+pub struct Stats {
+    memory: Box<dyn CounterMemory>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::in_memory(Box::<OwnCounters>::default())
+    }
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats")
+            .field("counters", &self.snapshot())
+            .finish()
+    }
+}
+
+impl Stats {
+    /// Counters kept in `memory` (which should start at zero).
+    pub fn in_memory(memory: Box<dyn CounterMemory>) -> Self {
+        Stats { memory }
+    }
+
+    /// Shows or hides the counters from varnishstat.
+    pub fn set_visible(&self, visible: bool) {
+        self.memory.set_visible(visible);
+    }
+
+    /// Adds one. Relaxed: counters order nothing else.
+    #[inline]
+    pub fn inc(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        self.memory.cells()[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Current value.
+    #[inline]
+    pub fn get(&self, c: Counter) -> u64 {
+        self.memory.cells()[c as usize].load(Ordering::Relaxed)
+    }
+
+    /// Current value of the counter named by its dotted JSON name, for
+    /// `.counter()`; `None` for an unknown name.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        Counter::from_name(name).map(|c| self.get(c))
+    }
+
+    /// Every value, read once each, indexed like [`Counter::ALL`].
+    pub fn snapshot(&self) -> [u64; Counter::COUNT] {
+        Counter::ALL.map(|c| self.get(c))
+    }
+
+    /// Appends the JSON object: nested objects in [`Counter::ALL`] order,
+    /// with libvmod-redis's spacing (`"key": value`, `,` without a blank)
+    /// and no trailing newline.
+    pub fn write_json(&self, out: &mut String, ctx: &StatsContext) {
+        let values = self.snapshot();
+        out.push('{');
+        // Path of the objects currently open below the root.
+        let mut open: Vec<&str> = Vec::with_capacity(2);
+        // Whether the innermost open object has a member yet.
+        let mut has_member = false;
+        for &c in ctx.counters() {
+            let path: Vec<&str> = c.json_name().split('.').collect();
+            let (leaf, groups) = path.split_last().expect("json names are not empty");
+            let common = open.iter().zip(groups).take_while(|(a, b)| a == b).count();
+            while open.len() > common {
+                open.pop();
+                out.push('}');
+                has_member = true;
+            }
+            for group in &groups[common..] {
+                if has_member {
+                    out.push(',');
+                }
+                let _ = write!(out, "\"{group}\": {{");
+                open.push(group);
+                has_member = false;
+            }
+            if has_member {
+                out.push(',');
+            }
+            let _ = write!(out, "\"{leaf}\": {}", values[c as usize]);
+            has_member = true;
+        }
+        for _ in open {
+            out.push('}');
+        }
+        if !ctx.servers.is_empty() {
+            out.push_str(",\"server_list\": [");
+            for (i, s) in ctx.servers.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"location\": ");
+                json_string(out, &s.location);
+                let _ = write!(
+                    out,
+                    ",\"role\": \"{}\",\"sick\": {},\"connections\": {{\"open\": {},\"idle\": {}}}}}",
+                    s.role.as_str(),
+                    s.sick,
+                    s.connections_open,
+                    s.connections_idle
+                );
+            }
+            out.push(']');
+        }
+        out.push('}');
+    }
+
+    /// Appends the Prometheus text exposition: per counter a `# TYPE ...
+    /// counter` line and its sample(s), every line ending in `\n`, labels
+    /// ordered extra, `name`, then `reason` / `server` (libvmod-redis's
+    /// order; `{}` when there are none, as it prints too).
+    pub fn write_prometheus(&self, out: &mut String, ctx: &StatsContext, opts: &PrometheusOptions) {
+        let values = self.snapshot();
+        let prefix = if opts.name_prefix.is_empty() {
+            DEFAULT_PROMETHEUS_PREFIX
+        } else {
+            opts.name_prefix
+        };
+        let extra = opts
+            .extra_labels
+            .trim_matches(|ch: char| ch == ',' || ch.is_whitespace());
+        let mut base = String::from(extra);
+        if opts.default_labels {
+            if !base.is_empty() {
+                base.push(',');
+            }
+            base.push_str("name=\"");
+            label_value(&mut base, ctx.db_name);
+            base.push('"');
+        }
+
+        let mut family_done: Option<&str> = None;
+        for &c in ctx.counters() {
+            let (family, reason) = c.prometheus_parts();
+            if family_done != Some(family) {
+                out.push_str("# TYPE ");
+                metric_name(out, prefix, family);
+                out.push_str(" counter\n");
+                family_done = Some(family);
+            }
+            metric_name(out, prefix, family);
+            match reason {
+                Some(reason) => labels(out, &base, &[("reason", reason)]),
+                None => labels(out, &base, &[]),
+            }
+            let _ = writeln!(out, " {}", values[c as usize]);
+        }
+
+        if ctx.servers.is_empty() {
+            return;
+        }
+        type Gauge = fn(&ServerSnapshot) -> u64;
+        let gauges: [(&str, Gauge); 4] = [
+            ("server_info", |_| 1),
+            ("server_sick", |s| u64::from(s.sick)),
+            ("server_connections_open", |s| s.connections_open),
+            ("server_connections_idle", |s| s.connections_idle),
+        ];
+        for (family, value) in gauges {
+            let _ = writeln!(out, "# TYPE {prefix}{family} gauge");
+            for s in ctx.servers {
+                let _ = write!(out, "{prefix}{family}");
+                let mut own = Vec::with_capacity(2);
+                if opts.default_labels {
+                    own.push(("server", s.location.as_str()));
+                }
+                if family == "server_info" {
+                    own.push(("role", s.role.as_str()));
+                }
+                labels(out, &base, &own);
+                let _ = writeln!(out, " {}", value(s));
+            }
+        }
+    }
+}
+
+/// Writes `<prefix><family>` with the family's dots turned into `_`.
+fn metric_name(out: &mut String, prefix: &str, dotted: &str) {
+    out.push_str(prefix);
+    out.extend(dotted.chars().map(|ch| if ch == '.' { '_' } else { ch }));
+}
+
+/// Writes `{base,k="v",...}`; `base` is already-rendered label text.
+fn labels(out: &mut String, base: &str, own: &[(&str, &str)]) {
+    out.push('{');
+    out.push_str(base);
+    let mut first = base.is_empty();
+    for (key, value) in own {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(key);
+        out.push_str("=\"");
+        label_value(out, value);
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// Escapes a Prometheus label value (`\`, `"` and newline, per the text
+/// format) so a location or name can never break the exposition.
+fn label_value(out: &mut String, value: &str) {
+    for ch in value.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// Writes a quoted JSON string, escaping quotes, backslashes and control
+/// characters (a UNIX socket path may contain anything but NUL).
+fn json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for ch in value.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests;
