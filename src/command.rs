@@ -120,6 +120,30 @@ impl Command {
         (self.argc >= 2).then(|| &self.buf[self.script.0..self.script.1])
     }
 
+    /// Argument `index` (0: the name), found by walking the packed
+    /// arguments: only cluster routing asks, once per command, so the
+    /// standalone path keeps no index of them.
+    pub fn arg(&self, index: usize) -> Option<&[u8]> {
+        if index >= self.argc {
+            return None;
+        }
+        let mut at = HEADER_ROOM;
+        for current in 0..=index {
+            // Each argument is `$len\r\narg\r\n`, as `push` wrote it.
+            let digits_end = at + self.buf[at..].iter().position(|&b| b == b'\r')?;
+            let len: usize = std::str::from_utf8(&self.buf[at + 1..digits_end])
+                .ok()?
+                .parse()
+                .ok()?;
+            let start = digits_end + 2;
+            if current == index {
+                return self.buf.get(start..start + len);
+            }
+            at = start + len + 2;
+        }
+        None
+    }
+
     /// The number of arguments, the name included.
     pub fn arg_count(&self) -> usize {
         self.argc
@@ -259,6 +283,17 @@ mod tests {
             c.push(arg);
         }
         c
+    }
+
+    #[test]
+    fn arguments_by_index() {
+        let big = vec![b'x'; 1000];
+        let c = command(&[b"SET", b"", &big, b"\r\n"]);
+        assert_eq!(c.arg(0), Some(&b"SET"[..]));
+        assert_eq!(c.arg(1), Some(&b""[..]));
+        assert_eq!(c.arg(2), Some(&big[..]));
+        assert_eq!(c.arg(3), Some(&b"\r\n"[..]));
+        assert_eq!(c.arg(4), None);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum Error {
     CommandTooLarge { size: usize, limit: usize },
     #[error("refused, not sent: {reason}")]
     Refused { reason: &'static str },
+    #[error("more than {max} cluster redirections (max_cluster_hops); the last: {last}")]
+    TooManyRedirections { max: u32, last: String },
     #[error("not sent: {0}")]
     Lost(crate::session::Lost),
 }

@@ -6,7 +6,8 @@
 //! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
 //! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
 //!   (execution along the plan, retries), `routing` (the execution plan),
-//!   `topology` (a database's servers as a snapshot), [`connection`]
+//!   `topology` (a database's servers as a snapshot), `cluster` (slots,
+//!   keys, slot map and redirections of Redis Cluster), [`connection`]
 //!   (private / shared),
 //!   [`command`], [`session`] (connection state per command), [`reply`],
 //!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
@@ -14,6 +15,7 @@
 // symbols, so unit-test builds leave them out and test the logic beneath.
 #![cfg_attr(test, allow(dead_code))]
 
+mod cluster;
 pub mod command;
 pub mod config;
 pub mod connection;

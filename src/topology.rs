@@ -9,12 +9,16 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::cluster::SlotMap;
 use crate::server::Server;
 
 /// One version of a database's servers, in the order they were added.
 #[derive(Default)]
 pub(crate) struct Topology {
     pub servers: Vec<Arc<Server>>,
+    /// Cluster mode, once a discovery read it: each slot's shard, as
+    /// indexes of `servers`. Swapped with them, so the two always agree.
+    pub slots: Option<Arc<SlotMap<usize>>>,
 }
 
 impl Topology {

@@ -27,6 +27,7 @@
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
 //! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
 //! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
+//! #@ cluster NAME [ARG...]         Redis Cluster, 3 masters x 1 replica (tests/support/cluster.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
 //! ```
@@ -79,6 +80,9 @@
 //!   killed it; returns once it answers PING; the harness stops it too),
 //!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
 //!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
+//!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
+//!   tests/support/cluster.rs).
 //! * with any `redis-tls` server, the test TLS material
 //!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
 //!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
@@ -100,6 +104,8 @@
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
 //! `-L` to varnishtest; their paths are printed).
 
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/sentinel.rs"]
 mod sentinel;
 mod support;
@@ -183,6 +189,10 @@ enum Directive {
         /// `#@ sentinel-tls`: a TLS port besides the plain one.
         tls: bool,
     },
+    Cluster {
+        name: String,
+        args: Vec<String>,
+    },
     Timeout(u64),
     Env(String, String),
 }
@@ -228,6 +238,15 @@ fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                 },
                 _ => return Err(at(format!("usage: #@ {kind} NAME MASTER [ARG...]"))),
             },
+            "cluster" => {
+                let (name, args) = params
+                    .split_first()
+                    .ok_or_else(|| at("usage: #@ cluster NAME [ARG...]".into()))?;
+                Directive::Cluster {
+                    name: name.clone(),
+                    args: args.to_vec(),
+                }
+            }
             "timeout" => match params {
                 [secs] => Directive::Timeout(
                     secs.parse()
@@ -462,6 +481,16 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             }
             Directive::Env(name, value) => {
                 env.push((name.clone(), expand(value, &macros)?));
+                continue;
+            }
+            Directive::Cluster { name, args } => {
+                if !valid_name(name) {
+                    return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
+                }
+                match cluster::start(&dir, name, args, &mut fx.servers) {
+                    Ok(cluster_macros) => macros.extend(cluster_macros),
+                    Err(e) => return Err(format!("{e}{}", fx.logs()).into()),
+                }
                 continue;
             }
             Directive::Redis { name, args, .. } => (name, None, args),

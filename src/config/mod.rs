@@ -83,6 +83,18 @@ pub enum ConfigError {
         /// The feature as the operator wrote it, e.g. `type=cluster`.
         what: &'static str,
     },
+    /// A UNIX socket given as a cluster seed: cluster nodes name each
+    /// other by host and port, as the C VMOD requires.
+    #[error("type=cluster needs host:port locations, not the UNIX socket \"{location}\"")]
+    ClusterOverUnix { location: String },
+    /// `cluster` mixed with another type in one database.
+    #[error("type={role} in a database created with type={db_role}: a database created with type=cluster takes cluster seeds only (type=cluster), and type=cluster needs redis.db(type=cluster)")]
+    ClusterMixed {
+        /// The type given to `add_server()`.
+        role: Role,
+        /// The type given to `redis.db()`.
+        db_role: Role,
+    },
     /// One entry of a `redis.subnets()` list is malformed.
     #[error("invalid subnets entry \"{entry}\": {reason} (expected \"<weight> <ipv4>/<prefix>\", e.g. \"0 192.168.1.0/24\")")]
     InvalidSubnet {
@@ -329,9 +341,9 @@ impl DbConfig {
             Some(args.location.parse()?)
         };
         let role: Role = args.role.parse()?;
-        if role == Role::Cluster {
-            return Err(ConfigError::NotSupported {
-                what: "type=cluster",
+        if let (Role::Cluster, Some(Location::Unix(path))) = (role, &location) {
+            return Err(ConfigError::ClusterOverUnix {
+                location: path.display().to_string(),
             });
         }
         let connection_timeout = optional(
@@ -378,6 +390,14 @@ impl DbConfig {
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
         if args.pipelining && !args.shared_connections {
             return Err(ConfigError::PipeliningWithoutSharing);
+        }
+        if args.pipelining && role == Role::Cluster {
+            // READONLY and ASKING go on the connection before a command:
+            // on a connection multiplexed between workers they could land
+            // before another worker's command.
+            return Err(ConfigError::NotSupported {
+                what: "pipelining=true with type=cluster",
+            });
         }
         Ok(DbConfig {
             location,

@@ -221,7 +221,10 @@ proptest! {
         };
         let u32_count = |v: i64| u32::try_from(v).is_ok();
         let valid = (a.location.trim().is_empty() || a.location.parse::<Location>().is_ok())
-            && matches!(a.role, "master" | "slave" | "auto")
+            && (matches!(a.role, "master" | "slave" | "auto")
+                // Cluster seeds are host:port only.
+                || (a.role == "cluster"
+                    && !matches!(a.location.parse::<Location>(), Ok(Location::Unix(_)))))
             && a.connection_timeout >= 0
             && a.connection_ttl >= 0
             && a.command_timeout >= 0

@@ -387,11 +387,28 @@ fn argument_errors() {
          [ipv6]:port or an absolute UNIX socket path)"
     );
     assert_eq!(
-        err(DbArgs {
+        DbConfig::from_args(&DbArgs {
             role: "cluster",
             ..base
+        })
+        .unwrap()
+        .role,
+        Role::Cluster
+    );
+    assert_eq!(
+        err(DbArgs {
+            role: "cluster",
+            pipelining: true,
+            ..base
         }),
-        "type=cluster is not supported yet"
+        "pipelining=true with type=cluster is not supported yet"
+    );
+    assert_eq!(
+        err(DbArgs {
+            role: "cluster",
+            ..args("/run/redis.sock")
+        }),
+        "type=cluster needs host:port locations, not the UNIX socket \"/run/redis.sock\""
     );
     assert!(err(DbArgs {
         role: "primary",

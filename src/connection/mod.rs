@@ -136,6 +136,7 @@ impl Connector {
             created: Instant::now(),
             last_used: Instant::now(),
             role_asked: false,
+            readonly_sent: false,
             timeout: socket_timeout,
             broken: false,
             scan: resp::ScanState::default(),
@@ -350,6 +351,9 @@ pub struct Connection {
     last_used: Instant,
     /// `ROLE` was sent on it (`type=auto`): never twice per connection.
     role_asked: bool,
+    /// `READONLY` was sent on it (a cluster replica serving reads): once
+    /// per connection, as the mode lasts as long as the connection.
+    readonly_sent: bool,
     /// The socket timeout currently set, to skip setsockopt calls when
     /// consecutive commands use the same timeout.
     timeout: Option<Duration>,
@@ -422,6 +426,14 @@ impl Connection {
 
     pub(crate) fn set_role_asked(&mut self) {
         self.role_asked = true;
+    }
+
+    pub(crate) fn readonly_sent(&self) -> bool {
+        self.readonly_sent
+    }
+
+    pub(crate) fn set_readonly_sent(&mut self) {
+        self.readonly_sent = true;
     }
 
     /// True when the connection, idle for [`IDLE_CHECK_AFTER`] or more,

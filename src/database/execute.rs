@@ -112,6 +112,11 @@ impl Database {
         if let Some(pinned) = task.pinned.take() {
             return self.execute_pinned(command, effect, pinned, timeout, deadline, task, debug);
         }
+        if let Some(cluster) = &self.cluster {
+            return self.execute_cluster(
+                cluster, command, effect, master, timeout, retries, deadline, task, debug,
+            );
+        }
         let master_only = master || self.config.ignore_slaves;
         let topology = self.topology();
         // For debug lines only (no allocation otherwise).
@@ -324,7 +329,7 @@ impl Database {
     /// Counts a reply and decides where its connection goes: kept by the
     /// task while what it left there matters, closed after `QUIT`, else
     /// released.
-    fn settle(
+    pub(super) fn settle(
         &self,
         reply: Reply,
         effect: Effect,
@@ -352,7 +357,7 @@ impl Database {
     /// Sends `command` on `lease`: an `EVAL` as `EVALSHA` first, unless
     /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
     /// Each request ends by `deadline`.
-    fn send(
+    pub(super) fn send(
         &self,
         lease: &mut Lease<'_>,
         server: &Server,
@@ -382,7 +387,7 @@ impl Database {
 
     /// One request on `lease`, turning transport failures into counted,
     /// logged errors (and the server sick when it went away).
-    fn request(
+    pub(super) fn request(
         &self,
         lease: &mut Lease<'_>,
         server: &Server,

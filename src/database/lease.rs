@@ -136,6 +136,19 @@ impl Lease<'_> {
         }
     }
 
+    /// Whether `READONLY` was sent on this connection (cluster replicas).
+    /// A cluster database never pipelines (refused at load), so a
+    /// multiplexed connection never needs it.
+    pub(super) fn readonly_sent(&mut self) -> bool {
+        self.conn().map_or(true, |conn| conn.readonly_sent())
+    }
+
+    pub(super) fn set_readonly_sent(&mut self) {
+        if let Some(conn) = self.conn() {
+            conn.set_readonly_sent();
+        }
+    }
+
     /// The whole connection this lease holds, if it holds one.
     fn conn(&mut self) -> Option<&mut Connection> {
         match self {

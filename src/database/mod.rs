@@ -9,7 +9,7 @@ use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
 use crate::connection::private::PrivateConnections;
 use crate::connection::shared::SharedPool;
 use crate::connection::Connector;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::server::{role_from_reply, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 use crate::topology::{Servers, Topology};
@@ -50,10 +50,16 @@ pub struct Database {
     /// Private mode: the VCL's per-thread connections (one budget for all
     /// its private databases). Shared mode: `None`, each server has a pool.
     private: Option<Arc<PrivateConnections>>,
+    /// `type=cluster`: the seeds and the discovery of the slot map.
+    cluster: Option<Cluster>,
 }
 
+mod cluster;
+mod discovery;
 mod execute;
 mod lease;
+
+use discovery::Cluster;
 
 pub use lease::TaskConnection;
 
@@ -82,6 +88,7 @@ impl Database {
             name: name.to_string(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             private: (!config.shared_connections).then(|| private.clone()),
+            cluster: (config.role == Role::Cluster).then(Cluster::default),
             config,
             stats: Arc::new(stats),
             subnets,
@@ -95,12 +102,25 @@ impl Database {
 
     /// Adds a server (`.add_server()`), or, as the C VMOD does, gives a
     /// server already there the type now declared (`servers.total`
-    /// unchanged). A `type=auto` server is asked its role now.
+    /// unchanged). A `type=auto` server is asked its role now. In a
+    /// cluster database every server is a seed (`type=cluster`), asked
+    /// for the slot map by the first command.
     pub fn add_server(&self, location: &Location, role: Role) -> Result<()> {
-        if role == Role::Cluster {
-            return Err(Error::Unsupported {
-                feature: "type=cluster",
-            });
+        if (role == Role::Cluster) != self.cluster.is_some() {
+            return Err(ConfigError::ClusterMixed {
+                role,
+                db_role: self.config.role,
+            }
+            .into());
+        }
+        if let Some(cluster) = &self.cluster {
+            if let Location::Unix(path) = location {
+                return Err(ConfigError::ClusterOverUnix {
+                    location: path.display().to_string(),
+                }
+                .into());
+            }
+            cluster.add_seed(location.clone());
         }
         if let (Location::Unix(path), Some(_)) = (location, &self.config.tls) {
             return Err(ConfigError::TlsOverUnix {
@@ -151,7 +171,10 @@ impl Database {
                 }
             }
             added = Some(server);
-            Some(Topology { servers })
+            Some(Topology {
+                servers,
+                slots: current.slots.clone(),
+            })
         });
         if let Some(server) = added.filter(|server| server.declared() == Role::Auto) {
             self.discover_role(&server);
@@ -166,6 +189,11 @@ impl Database {
     pub(crate) fn remove_server(&self, location: &str) -> bool {
         let mut removed = false;
         self.servers.update(|current| {
+            if current.slots.is_some() {
+                // A cluster's servers come and go with its slot map, whose
+                // indexes a removal here would shift.
+                return None;
+            }
             let servers: Vec<Arc<Server>> = current
                 .servers
                 .iter()
@@ -173,7 +201,10 @@ impl Database {
                 .cloned()
                 .collect();
             removed = servers.len() != current.servers.len();
-            removed.then_some(Topology { servers })
+            removed.then_some(Topology {
+                servers,
+                slots: None,
+            })
         });
         // servers.total counts servers added (a varnishstat counter never
         // goes down); the extended server_list shows the ones left.

@@ -2,6 +2,7 @@
 use super::*;
 use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbArgs, Secret};
+use crate::error::Error;
 use crate::reply::Reply;
 use crate::session;
 use crate::testing::RedisProcess;

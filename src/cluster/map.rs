@@ -1,0 +1,275 @@
+//! The slot map of a cluster: which shard (a master and its replicas)
+//! serves each of the 16384 slots, read from a `CLUSTER SLOTS` reply.
+//! Generic in how a node is named: parsed with locations (`host:port`),
+//! then turned into indexes of the database's servers.
+use super::slot::SLOTS;
+use crate::reply::Reply;
+
+/// In [`SlotMap::slots`]: no shard serves the slot (the cluster is being
+/// built or resharded).
+pub(crate) const NO_SHARD: u16 = u16::MAX;
+
+/// A master and its replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shard<N> {
+    pub master: N,
+    pub replicas: Vec<N>,
+}
+
+/// Shards and, per slot, the index of its shard ([`NO_SHARD`]: none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlotMap<N> {
+    pub shards: Vec<Shard<N>>,
+    /// `SLOTS` entries: 32 KiB, rebuilt only by a discovery.
+    pub slots: Box<[u16]>,
+}
+
+impl<N> SlotMap<N> {
+    /// The shard serving `slot`, if any.
+    pub(crate) fn shard_of(&self, slot: u16) -> Option<&Shard<N>> {
+        let index = *self.slots.get(usize::from(slot))?;
+        self.shards.get(usize::from(index))
+    }
+
+    /// The same map with each node renamed by `name`.
+    pub(crate) fn map<M>(self, mut name: impl FnMut(N) -> M) -> SlotMap<M> {
+        let shards = self
+            .shards
+            .into_iter()
+            .map(|shard| Shard {
+                master: name(shard.master),
+                replicas: shard.replicas.into_iter().map(&mut name).collect(),
+            })
+            .collect();
+        SlotMap {
+            shards,
+            slots: self.slots,
+        }
+    }
+
+    /// Every node, masters first.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &N> {
+        let masters = self.shards.iter().map(|shard| &shard.master);
+        masters.chain(self.shards.iter().flat_map(|shard| &shard.replicas))
+    }
+}
+
+/// A node's location as the database names its servers: `host:port`, or
+/// `[ipv6]:port` (as [`crate::config::Location`] prints it).
+pub(crate) fn endpoint(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn text(reply: &Reply) -> Option<&str> {
+    match reply {
+        Reply::String(bytes) => std::str::from_utf8(bytes).ok(),
+        Reply::Status(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// `[host, port, id, ...]` as a location. An empty host (a node that does
+/// not know its own address) is the host that was asked, as in `MOVED`.
+fn node(reply: &Reply, asked_host: &str) -> Result<String, String> {
+    let Reply::Array(fields) = reply else {
+        return Err("a node is not an array".into());
+    };
+    let host = fields.first().and_then(text).ok_or("a node has no host")?;
+    let port = match fields.get(1) {
+        Some(Reply::Integer(port)) => u16::try_from(*port).ok().filter(|&p| p != 0),
+        _ => None,
+    }
+    .ok_or("a node has no valid port")?;
+    let host = if host.is_empty() || host == "?" {
+        asked_host
+    } else {
+        host
+    };
+    Ok(endpoint(host, port))
+}
+
+fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
+    match reply {
+        Some(Reply::Integer(n)) => u16::try_from(*n)
+            .ok()
+            .filter(|&n| usize::from(n) < SLOTS)
+            .ok_or_else(|| format!("slot {n} out of range")),
+        _ => Err("a range has no slot numbers".into()),
+    }
+}
+
+/// Reads a `CLUSTER SLOTS` reply (`[[start, end, master, replica...],
+/// ...]`) asked of a node on `asked_host`. A master serving several ranges
+/// is one shard. Slots no range covers have no shard.
+pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<String>, String> {
+    let ranges = match reply {
+        Reply::Array(ranges) => ranges,
+        Reply::Error(text) => return Err(format!("CLUSTER SLOTS: {text}")),
+        _ => return Err("CLUSTER SLOTS: not an array".into()),
+    };
+    let mut map = SlotMap {
+        shards: Vec::new(),
+        slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
+    };
+    for range in ranges {
+        let Reply::Array(fields) = range else {
+            return Err("CLUSTER SLOTS: a range is not an array".into());
+        };
+        let start = slot_number(fields.first())?;
+        let end = slot_number(fields.get(1))?;
+        if end < start {
+            return Err(format!("CLUSTER SLOTS: range {start}-{end} is empty"));
+        }
+        let master = node(
+            fields
+                .get(2)
+                .ok_or("CLUSTER SLOTS: a range has no master")?,
+            asked_host,
+        )
+        .map_err(|e| format!("CLUSTER SLOTS: {e}"))?;
+        let index = match map.shards.iter().position(|s| s.master == master) {
+            Some(index) => index,
+            None => {
+                map.shards.push(Shard {
+                    master,
+                    replicas: Vec::new(),
+                });
+                map.shards.len() - 1
+            }
+        };
+        for replica in &fields[3..] {
+            let replica = node(replica, asked_host).map_err(|e| format!("CLUSTER SLOTS: {e}"))?;
+            let replicas = &mut map.shards[index].replicas;
+            if !replicas.contains(&replica) {
+                replicas.push(replica);
+            }
+        }
+        // At most 16384 shards: the index fits (NO_SHARD is never reached).
+        let index = u16::try_from(index).map_err(|_| "CLUSTER SLOTS: too many shards")?;
+        map.slots[usize::from(start)..=usize::from(end)].fill(index);
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Reply {
+        Reply::String(text.as_bytes().to_vec())
+    }
+
+    fn n(host: &str, port: i64) -> Reply {
+        Reply::Array(vec![s(host), Reply::Integer(port), s("0123abcd")])
+    }
+
+    fn range(start: i64, end: i64, nodes: Vec<Reply>) -> Reply {
+        let mut fields = vec![Reply::Integer(start), Reply::Integer(end)];
+        fields.extend(nodes);
+        Reply::Array(fields)
+    }
+
+    #[test]
+    fn three_shards_with_replicas() {
+        let reply = Reply::Array(vec![
+            range(0, 5460, vec![n("127.0.0.1", 7000), n("127.0.0.1", 7004)]),
+            range(
+                5461,
+                10922,
+                vec![n("127.0.0.1", 7001), n("127.0.0.1", 7005)],
+            ),
+            range(
+                10923,
+                16383,
+                vec![n("127.0.0.1", 7002), n("127.0.0.1", 7003)],
+            ),
+        ]);
+        let map = parse_slots(&reply, "127.0.0.1").unwrap();
+        assert_eq!(map.shards.len(), 3);
+        let first = map.shard_of(0).unwrap();
+        assert_eq!(first.master, "127.0.0.1:7000");
+        assert_eq!(first.replicas, vec!["127.0.0.1:7004".to_string()]);
+        assert_eq!(map.shard_of(5460).unwrap().master, "127.0.0.1:7000");
+        assert_eq!(map.shard_of(5461).unwrap().master, "127.0.0.1:7001");
+        assert_eq!(map.shard_of(16383).unwrap().master, "127.0.0.1:7002");
+        let nodes: Vec<&String> = map.nodes().collect();
+        assert_eq!(nodes.len(), 6);
+        assert_eq!(nodes[0], "127.0.0.1:7000");
+        assert_eq!(nodes[3], "127.0.0.1:7004");
+    }
+
+    #[test]
+    fn a_master_with_several_ranges_is_one_shard() {
+        let reply = Reply::Array(vec![
+            range(0, 99, vec![n("127.0.0.1", 7000)]),
+            range(100, 100, vec![n("127.0.0.1", 7001)]),
+            range(101, 16383, vec![n("127.0.0.1", 7000)]),
+        ]);
+        let map = parse_slots(&reply, "h").unwrap();
+        assert_eq!(map.shards.len(), 2);
+        assert_eq!(map.slots[99], map.slots[101]);
+        assert_eq!(map.shard_of(100).unwrap().master, "127.0.0.1:7001");
+    }
+
+    #[test]
+    fn uncovered_slots_have_no_shard() {
+        let reply = Reply::Array(vec![range(10, 20, vec![n("127.0.0.1", 7000)])]);
+        let map = parse_slots(&reply, "h").unwrap();
+        assert!(map.shard_of(9).is_none());
+        assert!(map.shard_of(21).is_none());
+        assert!(map.shard_of(15).is_some());
+        let empty = parse_slots(&Reply::Array(vec![]), "h").unwrap();
+        assert!(empty.shards.is_empty() && empty.shard_of(0).is_none());
+    }
+
+    #[test]
+    fn empty_host_is_the_node_asked_and_ipv6_is_bracketed() {
+        let reply = Reply::Array(vec![range(0, 16383, vec![n("", 7000), n("::1", 7001)])]);
+        let map = parse_slots(&reply, "127.0.0.9").unwrap();
+        assert_eq!(map.shards[0].master, "127.0.0.9:7000");
+        assert_eq!(map.shards[0].replicas, vec!["[::1]:7001".to_string()]);
+    }
+
+    #[test]
+    fn renaming_nodes_keeps_the_slots() {
+        let reply = Reply::Array(vec![
+            range(0, 8191, vec![n("a", 1), n("b", 2)]),
+            range(8192, 16383, vec![n("c", 3)]),
+        ]);
+        let map = parse_slots(&reply, "h").unwrap();
+        let names: Vec<String> = map.nodes().cloned().collect();
+        let indexed = map.map(|name| names.iter().position(|n| *n == name).unwrap());
+        assert_eq!(
+            indexed.shard_of(0).unwrap(),
+            &Shard {
+                master: 0,
+                replicas: vec![2]
+            }
+        );
+        assert_eq!(indexed.shard_of(9000).unwrap().master, 1);
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        let bad = [
+            Reply::Error("ERR This instance has cluster support disabled".into()),
+            Reply::Nil,
+            Reply::Array(vec![Reply::Integer(1)]),
+            Reply::Array(vec![range(0, 16384, vec![n("a", 1)])]),
+            Reply::Array(vec![range(5, 4, vec![n("a", 1)])]),
+            Reply::Array(vec![range(0, 1, vec![])]),
+            Reply::Array(vec![range(0, 1, vec![n("a", 0)])]),
+            Reply::Array(vec![range(0, 1, vec![n("a", 70000)])]),
+            Reply::Array(vec![range(0, 1, vec![Reply::Array(vec![s("a")])])]),
+        ];
+        for reply in bad {
+            assert!(parse_slots(&reply, "h").is_err(), "{reply:?}");
+        }
+        let err = parse_slots(&Reply::Error("ERR disabled".into()), "h").unwrap_err();
+        assert_eq!(err, "CLUSTER SLOTS: ERR disabled");
+    }
+}

@@ -1,0 +1,351 @@
+//! One command on a cluster database: routed by the slot of its key,
+//! following `MOVED` and `ASK` redirections (at most `max_cluster_hops`),
+//! retried on failures and on `TRYAGAIN` / `CLUSTERDOWN` replies up to the
+//! retry count. The standalone path (`execute.rs`) never comes here.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::discovery::{host_of, Cluster, Refresh};
+use super::execute::{rotation, within};
+use super::lease::{Lease, TaskConnection};
+use super::{Database, Note};
+use crate::cluster::{command_key, is_script, key_slot, redirection, Redirection};
+use crate::command::Command;
+use crate::config::Role;
+use crate::error::{Error, Result};
+use crate::reply::Reply;
+use crate::routing::{self, Candidate};
+use crate::server::Server;
+use crate::session::Effect;
+use crate::stats::Counter;
+use crate::topology::Topology;
+
+const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+
+/// Redirections followed when `max_cluster_hops` is 0 ("no limit"): a
+/// cluster whose nodes disagree for good must not hold a worker forever.
+const UNLIMITED_HOPS: u32 = 1024;
+
+/// An error reply that the retry count covers: the cluster is resharding
+/// (`TRYAGAIN`, multi-key commands) or not serving (`CLUSTERDOWN`).
+fn cluster_busy(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(text) if text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN"))
+}
+
+impl Database {
+    /// Runs `command` on the cluster node that serves its key (any node
+    /// when it has none). See the module documentation.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn execute_cluster(
+        &self,
+        cluster: &Cluster,
+        command: &mut Command,
+        effect: Effect,
+        master: bool,
+        timeout: Option<Duration>,
+        retries: u32,
+        deadline: Option<Instant>,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Reply> {
+        // Scripts are writes for Redis Cluster: a replica would redirect
+        // every one of them (the C VMOD forces master=true too).
+        let master_only = master || self.config.ignore_slaves || is_script(command);
+        let slot = command_key(command).map(key_slot);
+        let max_hops = match self.config.max_cluster_hops {
+            0 => UNLIMITED_HOPS,
+            max => max,
+        };
+        let (mut topology, mut seen) = self.topology_with_slots(cluster, deadline, debug);
+        // One discovery per command at most: a MOVED on each hop must not
+        // mean a discovery on each hop.
+        let mut refreshed = false;
+        let mut hops: u32 = 0;
+        let mut failed: u32 = 0;
+        // A redirection's target, and whether it is an ASK.
+        let mut target: Option<(Arc<Server>, bool)> = None;
+        loop {
+            let (server, asking) = match target.take() {
+                Some(target) => target,
+                None => match route(&topology, slot, master_only, failed) {
+                    Some(server) => (server, false),
+                    None => {
+                        self.stats.inc(Counter::CommandsFailed);
+                        return Err(Error::NoServer {
+                            role: "cluster node",
+                        });
+                    }
+                },
+            };
+            if self.config.debug {
+                let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
+                let ask = if asking { " after ASKING" } else { "" };
+                debug(Note::Debug(&format!(
+                    "sending {} ({slot}) to {}{ask}",
+                    command.logged_name(),
+                    server.location()
+                )));
+            }
+            let (reply, lease) =
+                match self.cluster_attempt(command, &server, asking, timeout, deadline) {
+                    Ok(answer) => answer,
+                    Err(err) if failed < retries => {
+                        self.stats.inc(Counter::CommandsFailed);
+                        self.stats.inc(Counter::CommandsRetried);
+                        failed += 1;
+                        if self.config.debug {
+                            let text = format!("attempt {failed} failed ({err}); retrying");
+                            debug(Note::Debug(&text));
+                        }
+                        // The node may have left (a failover): learn where its
+                        // slots went before the next attempt.
+                        if !refreshed {
+                            refreshed = true;
+                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
+                            seen = cluster.generation();
+                            topology = self.topology();
+                        }
+                        continue;
+                    }
+                    Err(err) => {
+                        self.stats.inc(Counter::CommandsFailed);
+                        // Not for this command, but the next ones: with no
+                        // MOVED from a node that is gone, a failover is
+                        // learnt only this way.
+                        if !refreshed {
+                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
+                        }
+                        return Err(err);
+                    }
+                };
+            let Reply::Error(text) = &reply else {
+                return Ok(self.settle(reply, effect, lease, &server, task));
+            };
+            if let Some(redirection) = redirection(text, host_of(server.location())) {
+                drop(lease);
+                let (to, ask) = match redirection {
+                    Redirection::Moved { to, .. } => {
+                        self.stats.inc(Counter::ClusterRepliesMoved);
+                        (to, false)
+                    }
+                    Redirection::Ask { to, .. } => {
+                        self.stats.inc(Counter::ClusterRepliesAsk);
+                        (to, true)
+                    }
+                };
+                hops += 1;
+                if hops > max_hops {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(Error::TooManyRedirections {
+                        max: max_hops,
+                        last: text.clone(),
+                    });
+                }
+                if !ask && !refreshed {
+                    refreshed = true;
+                    self.refresh_slots(cluster, seen, Refresh::Moved, deadline, debug);
+                    seen = cluster.generation();
+                    topology = self.topology();
+                }
+                let Some(next) = self.cluster_node(&to) else {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(Error::NoServer {
+                        role: "cluster node",
+                    });
+                };
+                target = Some((next, ask));
+                continue;
+            }
+            if cluster_busy(&reply) && failed < retries {
+                failed += 1;
+                self.stats.inc(Counter::CommandsRetried);
+                if self.config.debug {
+                    let text = format!("{} replied {text}; retrying", server.location());
+                    debug(Note::Debug(&text));
+                }
+                drop(lease);
+                // Same node: the slot did not move.
+                target = Some((server, asking));
+                continue;
+            }
+            return Ok(self.settle(reply, effect, lease, &server, task));
+        }
+    }
+
+    /// One attempt on `server`: `READONLY` first on a replica's connection
+    /// that has not had it, `ASKING` first after an `ASK` (then the
+    /// command as is: `EVALSHA` then `EVAL` would need a second `ASKING`).
+    fn cluster_attempt<'a>(
+        &'a self,
+        command: &mut Command,
+        server: &'a Server,
+        asking: bool,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<(Reply, Lease<'a>)> {
+        let mut lease = self.lease(server, command, deadline)?;
+        if server.role() == Role::Slave && !lease.readonly_sent() {
+            lease.set_readonly_sent();
+            self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
+        }
+        let reply = if asking {
+            self.request(&mut lease, server, ASKING, within(timeout, deadline))?;
+            self.request(
+                &mut lease,
+                server,
+                command.packed(),
+                within(timeout, deadline),
+            )?
+        } else {
+            self.send(&mut lease, server, command, timeout, deadline, false)?
+        };
+        Ok((reply, lease))
+    }
+}
+
+/// The node for a command on `slot` (`None`: no key) on attempt `attempt`
+/// (0 first): the master of the slot's shard, or for reads its replicas
+/// first (by health and subnet weight, as a standalone plan); without a
+/// key or a map, any node.
+fn route(
+    topology: &Topology,
+    slot: Option<u16>,
+    master_only: bool,
+    attempt: u32,
+) -> Option<Arc<Server>> {
+    let servers = &topology.servers;
+    let shard = slot.and_then(|slot| topology.slots.as_ref()?.shard_of(slot));
+    let indexes: Vec<usize> = match shard {
+        Some(shard) if master_only => return servers.get(shard.master).cloned(),
+        Some(shard) => shard
+            .replicas
+            .iter()
+            .chain(std::iter::once(&shard.master))
+            .copied()
+            .filter(|&index| index < servers.len())
+            .collect(),
+        None => (0..servers.len()).collect(),
+    };
+    let now = Instant::now();
+    let candidates: Vec<Candidate> = indexes
+        .iter()
+        .map(|&index| {
+            let server = &servers[index];
+            Candidate {
+                weight: server.weight,
+                role: server.role(),
+                sick: server.health.is_sick(now),
+            }
+        })
+        .collect();
+    let plan = routing::plan(&candidates, master_only, rotation());
+    let chosen = plan.get(attempt as usize % plan.len().max(1))?;
+    servers.get(indexes[*chosen]).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::parse_slots;
+    use crate::config::{Location, Protocol};
+    use crate::connection::Connector;
+    use crate::server::Health;
+
+    fn server(id: u32, port: u16, role: Role) -> Arc<Server> {
+        let location: Location = format!("127.0.0.1:{port}").parse().unwrap();
+        let connector =
+            Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        Arc::new(Server::new(id, connector, role, health, 0, None))
+    }
+
+    /// Two shards: slots 0-8191 on 7000 (replica 7002), the rest on 7001
+    /// (replica 7003).
+    fn topology() -> Topology {
+        let node = |port: i64| {
+            Reply::Array(vec![
+                Reply::String(b"127.0.0.1".to_vec()),
+                Reply::Integer(port),
+            ])
+        };
+        let reply = Reply::Array(vec![
+            Reply::Array(vec![
+                Reply::Integer(0),
+                Reply::Integer(8191),
+                node(7000),
+                node(7002),
+            ]),
+            Reply::Array(vec![
+                Reply::Integer(8192),
+                Reply::Integer(16383),
+                node(7001),
+                node(7003),
+            ]),
+        ]);
+        let map = parse_slots(&reply, "127.0.0.1").unwrap();
+        let servers = vec![
+            server(0, 7000, Role::Master),
+            server(1, 7001, Role::Master),
+            server(2, 7002, Role::Slave),
+            server(3, 7003, Role::Slave),
+        ];
+        let slots = map.map(|name| servers.iter().position(|s| s.location() == name).unwrap());
+        Topology {
+            servers,
+            slots: Some(Arc::new(slots)),
+        }
+    }
+
+    fn routed(topology: &Topology, key: Option<&[u8]>, master_only: bool, attempt: u32) -> String {
+        route(topology, key.map(key_slot), master_only, attempt)
+            .unwrap()
+            .location()
+            .to_string()
+    }
+
+    #[test]
+    fn writes_go_to_the_master_of_the_key_slot() {
+        let topology = topology();
+        // "bar" is slot 5061, "foo" 12182.
+        assert_eq!(routed(&topology, Some(b"bar"), true, 0), "127.0.0.1:7000");
+        assert_eq!(routed(&topology, Some(b"foo"), true, 0), "127.0.0.1:7001");
+        assert_eq!(
+            routed(&topology, Some(b"x{bar}"), true, 3),
+            "127.0.0.1:7000"
+        );
+    }
+
+    #[test]
+    fn reads_go_to_the_replica_then_the_master() {
+        let topology = topology();
+        assert_eq!(routed(&topology, Some(b"bar"), false, 0), "127.0.0.1:7002");
+        assert_eq!(routed(&topology, Some(b"bar"), false, 1), "127.0.0.1:7000");
+        assert_eq!(routed(&topology, Some(b"foo"), false, 0), "127.0.0.1:7003");
+        // A sick replica: its master first.
+        topology.servers[3].health.mark_failed();
+        assert_eq!(routed(&topology, Some(b"foo"), false, 0), "127.0.0.1:7001");
+    }
+
+    #[test]
+    fn without_a_key_or_a_map_any_node() {
+        let mut topology = topology();
+        let any = routed(&topology, None, true, 0);
+        assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
+        topology.slots = None;
+        let any = routed(&topology, Some(b"bar"), true, 0);
+        assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
+        topology.servers.clear();
+        assert!(route(&topology, Some(0), true, 0).is_none());
+    }
+
+    #[test]
+    fn busy_replies() {
+        assert!(cluster_busy(&Reply::Error("TRYAGAIN Multiple keys".into())));
+        assert!(cluster_busy(&Reply::Error(
+            "CLUSTERDOWN The cluster is down".into()
+        )));
+        assert!(!cluster_busy(&Reply::Error("ERR x".into())));
+        assert!(!cluster_busy(&Reply::Status("TRYAGAIN".into())));
+    }
+}

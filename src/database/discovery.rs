@@ -1,0 +1,363 @@
+//! Cluster mode: reading the slot map from a node (`CLUSTER SLOTS`) and
+//! making its nodes the servers of the database. A discovery runs when the
+//! first command needs the map, and again after a `MOVED` or a failed
+//! attempt, once per change: workers that see the same change while
+//! another one is already at it (or has done it since) do not start one.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::execute::within;
+use super::{Database, Note};
+use crate::cluster::{parse_slots, SlotMap};
+use crate::config::{Location, Role};
+use crate::connection::shared::SharedPool;
+use crate::connection::Connector;
+use crate::server::{Health, Server};
+use crate::stats::{Counter, Stats};
+use crate::topology::Topology;
+
+/// The `CLUSTER SLOTS` request, packed.
+const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+/// Bound of each step (connect, `CLUSTER SLOTS`) of asking one node: a
+/// node that does not answer in time is skipped for the next, and the
+/// whole discovery stays short for the worker running it.
+const STEP_CAP: Duration = Duration::from_millis(500);
+
+/// Most nodes asked by one discovery: the known masters, then the seeds.
+const MAX_NODES_ASKED: usize = 8;
+
+/// Least time between two discoveries that failed attempts ask for: while
+/// a master is down, every command to it fails until its replica takes
+/// over, and each reading the map again would only add load.
+const FAILURE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What makes a worker read the map again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refresh {
+    /// A `MOVED` reply: the map changed.
+    Moved,
+    /// A failed attempt: the node may have left (a failover).
+    Failure,
+}
+
+/// What a cluster database keeps besides its servers.
+#[derive(Default)]
+pub(crate) struct Cluster {
+    /// Every location given to `redis.db()` / `.add_server()`, asked when
+    /// no known master answers (they stay seeds when the map leaves them
+    /// out).
+    seeds: Mutex<Vec<Location>>,
+    /// Held by the one worker running a discovery; when the last one
+    /// ended.
+    discovery: Mutex<Option<Instant>>,
+    /// Discoveries run so far: a worker that saw a `MOVED` on the map of
+    /// generation `g` starts one only if the generation is still `g`.
+    generation: AtomicU64,
+}
+
+impl Cluster {
+    pub(super) fn add_seed(&self, location: Location) {
+        let mut seeds = self.seeds.lock();
+        if !seeds.contains(&location) {
+            seeds.push(location);
+        }
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// The host part of a `host:port` location (brackets of IPv6 removed).
+pub(super) fn host_of(location: &str) -> &str {
+    let host = location.rsplit_once(':').map_or(location, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+impl Database {
+    /// The topology with a slot map, and the generation it is at least:
+    /// the first command of a cluster database waits for the discovery
+    /// (one worker runs it, the others wait for its outcome). After a
+    /// failed discovery the topology has no map, and commands go to any
+    /// node, which redirects them.
+    pub(super) fn topology_with_slots(
+        &self,
+        cluster: &Cluster,
+        deadline: Option<Instant>,
+        debug: &mut dyn FnMut(Note),
+    ) -> (Arc<Topology>, u64) {
+        // The generation first: a discovery swaps the topology before it
+        // moves the generation, so this topology is at least that recent.
+        let seen = cluster.generation();
+        let topology = self.topology();
+        if topology.slots.is_some() {
+            return (topology, seen);
+        }
+        let mut last = cluster.discovery.lock();
+        if cluster.generation() == seen {
+            self.discover(cluster, deadline, debug);
+            *last = Some(Instant::now());
+        }
+        let seen = cluster.generation();
+        (self.topology(), seen)
+    }
+
+    /// After a `MOVED` or a failed attempt on the map of generation
+    /// `seen`: a discovery, unless one is running or ran since (or, after
+    /// a failure, ran less than [`FAILURE_REFRESH_INTERVAL`] ago).
+    pub(super) fn refresh_slots(
+        &self,
+        cluster: &Cluster,
+        seen: u64,
+        why: Refresh,
+        deadline: Option<Instant>,
+        debug: &mut dyn FnMut(Note),
+    ) {
+        let Some(mut last) = cluster.discovery.try_lock() else {
+            return;
+        };
+        let recent = last.is_some_and(|at| at.elapsed() < FAILURE_REFRESH_INTERVAL);
+        if cluster.generation() != seen || (why == Refresh::Failure && recent) {
+            return;
+        }
+        self.discover(cluster, deadline, debug);
+        *last = Some(Instant::now());
+    }
+
+    /// Asks the known masters (healthy ones first), then the seeds, for
+    /// the slot map until one answers, and applies it. A map that still
+    /// gives slots to a master found sick (a node that has not heard of a
+    /// failover yet) is kept only if no other node gives a better one.
+    /// Counted in `cluster.discoveries.*`.
+    fn discover(&self, cluster: &Cluster, deadline: Option<Instant>, debug: &mut dyn FnMut(Note)) {
+        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+        let now = Instant::now();
+        let topology = self.topology();
+        let sick: Vec<&str> = topology
+            .servers
+            .iter()
+            .filter(|server| server.health.is_sick(now))
+            .map(|server| server.location())
+            .collect();
+        let mut masters: Vec<&Arc<Server>> = topology
+            .servers
+            .iter()
+            .filter(|server| server.role() == Role::Master)
+            .collect();
+        // Stable: healthy masters first, in their order.
+        masters.sort_by_key(|server| sick.contains(&server.location()));
+        let mut nodes: Vec<Location> = masters
+            .iter()
+            .filter_map(|server| server.location().parse().ok())
+            .collect();
+        for seed in cluster.seeds.lock().iter() {
+            if !nodes.contains(seed) {
+                nodes.push(seed.clone());
+            }
+        }
+        let cap = |timeout: Option<Duration>| {
+            within(
+                Some(timeout.map_or(STEP_CAP, |timeout| timeout.min(STEP_CAP))),
+                deadline,
+            )
+        };
+        // Not counted in the database's connection counters, as the ROLE
+        // probe: they count what commands use.
+        let probe_stats = Stats::default();
+        let mut failures: Vec<String> = Vec::new();
+        let mut stale: Option<(String, SlotMap<String>)> = None;
+        for location in nodes.iter().take(MAX_NODES_ASKED) {
+            let asked = location.to_string();
+            let answer = Connector::new(
+                location,
+                self.config.user.as_deref(),
+                self.config.password.as_deref(),
+                self.config.protocol,
+                self.config.connection_timeout,
+                self.config.tls.clone(),
+            )
+            .and_then(|connector| {
+                connector.connect_within(&probe_stats, cap(self.config.connection_timeout))
+            })
+            .map_err(|err| err.to_string())
+            .and_then(|mut conn| {
+                conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
+                    .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
+            })
+            .and_then(|reply| parse_slots(&reply, host_of(&asked)));
+            match answer {
+                Ok(map) if map.shards.is_empty() => {
+                    failures.push(format!("{asked}: no slot assigned"));
+                }
+                Ok(map) if map.shards.iter().any(|s| sick.contains(&s.master.as_str())) => {
+                    if self.config.debug {
+                        debug(Note::Debug(&format!(
+                            "cluster slots from {asked} still name a sick master: asking another node"
+                        )));
+                    }
+                    stale.get_or_insert((asked, map));
+                }
+                Ok(map) => {
+                    self.use_slots(cluster, &asked, map, debug);
+                    return;
+                }
+                Err(err) => failures.push(format!("{asked}: {err}")),
+            }
+        }
+        if let Some((asked, map)) = stale {
+            // The best there is: the sick master may be back.
+            self.use_slots(cluster, &asked, map, debug);
+            return;
+        }
+        // Counted as a generation too: the workers that waited for it go
+        // on without a map rather than all trying again.
+        cluster.generation.fetch_add(1, Ordering::Release);
+        self.stats.inc(Counter::ClusterDiscoveriesFailed);
+        let text = if failures.is_empty() {
+            "cluster discovery failed: no node to ask".to_string()
+        } else {
+            format!("cluster discovery failed: {}", failures.join("; "))
+        };
+        debug(Note::Warning(&text));
+    }
+
+    fn use_slots(
+        &self,
+        cluster: &Cluster,
+        asked: &str,
+        map: SlotMap<String>,
+        debug: &mut dyn FnMut(Note),
+    ) {
+        if self.config.debug {
+            debug(Note::Debug(&format!(
+                "cluster slots from {asked}: {} shards, {} nodes",
+                map.shards.len(),
+                map.nodes().count()
+            )));
+        }
+        self.apply_slots(map);
+        cluster.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Makes the nodes of `map` the servers of the database: a node
+    /// already known keeps its id, health and pool (its role follows the
+    /// map), new nodes are added (`servers.total`), and servers the map
+    /// leaves out are dropped with their pools once no worker holds them.
+    fn apply_slots(&self, map: SlotMap<String>) {
+        let mut names: Vec<String> = Vec::new();
+        for name in map.nodes() {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        let masters: Vec<String> = map.shards.iter().map(|s| s.master.clone()).collect();
+        self.servers.update(|current| {
+            let mut servers = Vec::with_capacity(names.len());
+            let mut kept: Vec<&str> = Vec::with_capacity(names.len());
+            for name in &names {
+                let role = if masters.contains(name) {
+                    Role::Master
+                } else {
+                    Role::Slave
+                };
+                let server = match current.by_location(name) {
+                    Some(server) if server.declared() == role => server.clone(),
+                    Some(server) => Arc::new(Server::new(
+                        server.id,
+                        server.connector.clone(),
+                        role,
+                        server.health.clone(),
+                        server.weight,
+                        server.pool.clone(),
+                    )),
+                    None => match self.new_node(name, role) {
+                        Some(server) => server,
+                        // Not a location we can connect to: left out.
+                        None => continue,
+                    },
+                };
+                kept.push(name);
+                servers.push(server);
+            }
+            let slots = map
+                .clone()
+                .map(|name| kept.iter().position(|k| **k == name).unwrap_or(usize::MAX));
+            Some(Topology {
+                servers,
+                slots: Some(Arc::new(slots)),
+            })
+        });
+    }
+
+    /// A server for a cluster node at `name` (`host:port`) that the
+    /// database did not know, counted in `servers.total`.
+    pub(super) fn new_node(&self, name: &str, role: Role) -> Option<Arc<Server>> {
+        let location: Location = name.parse().ok()?;
+        let connector = Connector::new(
+            &location,
+            self.config.user.as_deref(),
+            self.config.password.as_deref(),
+            self.config.protocol,
+            self.config.connection_timeout,
+            self.config.tls.clone(),
+        )
+        .ok()?;
+        let pool = self.config.shared_connections.then(|| {
+            Arc::new(SharedPool::new(
+                connector.location().to_string(),
+                self.config.max_connections,
+            ))
+        });
+        self.stats.inc(Counter::ServersTotal);
+        Some(Arc::new(Server::new(
+            self.servers.new_id(),
+            connector,
+            role,
+            Arc::new(Health::new(self.config.sickness_ttl)),
+            self.subnets.weight(&location),
+            pool,
+        )))
+    }
+
+    /// The server at `name`, a redirection's target: known, or added now
+    /// (a node the map did not list yet; the next discovery keeps or drops
+    /// it).
+    pub(super) fn cluster_node(&self, name: &str) -> Option<Arc<Server>> {
+        if let Some(server) = self.topology().by_location(name) {
+            return Some(server.clone());
+        }
+        let mut found = None;
+        self.servers.update(|current| {
+            if let Some(server) = current.by_location(name) {
+                found = Some(server.clone());
+                return None;
+            }
+            // Redirections point at masters.
+            let server = self.new_node(name, Role::Master)?;
+            found = Some(server.clone());
+            let mut servers = current.servers.clone();
+            servers.push(server);
+            Some(Topology {
+                servers,
+                slots: current.slots.clone(),
+            })
+        });
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_of_locations() {
+        assert_eq!(host_of("127.0.0.1:7000"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7000"), "::1");
+        assert_eq!(host_of("redis.example:1"), "redis.example");
+    }
+}

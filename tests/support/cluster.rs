@@ -1,0 +1,207 @@
+//! `#@ cluster NAME [ARG...]` of the varnishtest harness: a Redis Cluster
+//! of 3 masters and 1 replica each on 127.0.0.1, for `vtc/clustered.*`.
+//!
+//! Built by hand rather than with `redis-cli --cluster create`, so that it
+//! is quick and the same every time: replica `rI` follows master `mI`, and
+//! the masters serve the slots `redis-cli` would give them (m0 0-5460, m1
+//! 5461-10922, m2 10923-16383). Steps: start the six nodes
+//! (`--cluster-enabled yes`, `nodes.conf` in each node's data directory,
+//! `--cluster-node-timeout 2000`, then the ARGs), give each a distinct
+//! config epoch, assign the slots, `CLUSTER MEET` every node from m0,
+//! `CLUSTER REPLICATE` once a replica knows its master, then wait until
+//! every node reports `cluster_state:ok`, knows the six nodes with none
+//! flagged `fail`, `handshake` or `noaddr` and three of them replicas, its
+//! `CLUSTER SLOTS` lists all six, and every replica has
+//! `master_link_status:up`. Polled every 50 ms, at most
+//! [`FORM_DEADLINE`].
+//!
+//! Macros: `${NAME_seed}` (m0's address), and per node N in `m0 m1 m2 r0
+//! r1 r2`: `${NAME_N_addr}`, `${NAME_N_port}`, `${NAME_N_id}` (the
+//! cluster node id), `${NAME_N_pid}`, `${NAME_N_restart}` (as for
+//! `#@ redis`; the node comes back with its `nodes.conf`).
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::{cli_program, redis_cmd};
+use crate::{start_redis, Server};
+
+/// How long the six nodes may take to form the cluster.
+const FORM_DEADLINE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(50);
+
+const MASTERS: usize = 3;
+/// Slot ranges of the masters, as `redis-cli --cluster create` assigns
+/// them for three.
+const RANGES: [(u16, u16); MASTERS] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+fn node_names(name: &str) -> Vec<String> {
+    (0..MASTERS)
+        .map(|i| format!("{name}_m{i}"))
+        .chain((0..MASTERS).map(|i| format!("{name}_r{i}")))
+        .collect()
+}
+
+/// One request to a node on 127.0.0.1; an error reply is an error.
+fn ask(port: u16, args: &[&str]) -> Result<String, String> {
+    match redis_cmd(port, None, args) {
+        Ok(reply) if reply.starts_with('-') => Err(format!("{}: {reply}", args.join(" "))),
+        Ok(reply) => Ok(reply),
+        Err(e) => Err(format!("{}: {e}", args.join(" "))),
+    }
+}
+
+/// Polls `ready` until it says yes or `deadline`; `what` names the wait in
+/// the error, with the last thing `ready` said.
+fn wait_for(
+    deadline: Instant,
+    what: &str,
+    mut ready: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    loop {
+        let last = match ready() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "cluster: {what} not done after {} s: {last}",
+                FORM_DEADLINE.as_secs()
+            ));
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// Whether `CLUSTER NODES` as seen by the node on `port` is the whole
+/// cluster, healthy.
+fn sees_everything(port: u16) -> Result<(), String> {
+    let info = ask(port, &["CLUSTER", "INFO"])?;
+    if !info.contains("cluster_state:ok") {
+        return Err(format!("port {port}: not cluster_state:ok"));
+    }
+    let nodes = ask(port, &["CLUSTER", "NODES"])?;
+    let lines: Vec<&str> = nodes.lines().filter(|l| !l.trim().is_empty()).collect();
+    let flags = |line: &str| line.split(' ').nth(2).unwrap_or("").to_string();
+    let bad = lines.iter().any(|l| {
+        let f = flags(l);
+        f.contains("fail") || f.contains("handshake") || f.contains("noaddr")
+    });
+    let replicas = lines.iter().filter(|l| flags(l).contains("slave")).count();
+    if lines.len() != 2 * MASTERS || bad || replicas != MASTERS {
+        return Err(format!("port {port} sees:\n{nodes}"));
+    }
+    Ok(())
+}
+
+/// Whether `CLUSTER SLOTS` of the node on `port` lists the six nodes
+/// (what the VMOD reads; replicas appear there later than in `CLUSTER
+/// NODES`). Asked with redis-cli, which prints one field per line.
+fn slots_list_everything(port: u16) -> Result<(), String> {
+    let output = Command::new(cli_program())
+        .args(["-p", &port.to_string(), "CLUSTER", "SLOTS"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", cli_program()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let nodes = text.lines().filter(|l| l.trim() == "127.0.0.1").count();
+    if nodes == 2 * MASTERS {
+        Ok(())
+    } else {
+        Err(format!("port {port}: CLUSTER SLOTS lists {nodes} nodes"))
+    }
+}
+
+/// Starts and forms the cluster `name`; its nodes go into `servers` (the
+/// harness stops them by PID), and its macros are returned.
+pub(crate) fn start(
+    dir: &Path,
+    name: &str,
+    extra: &[String],
+    servers: &mut Vec<Server>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut args: Vec<String> = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        // CLUSTER SLOTS lists a replica only once its replication offset
+        // is not 0: with no write, that is the master's first PING to its
+        // replicas, every 10 s by default.
+        "--repl-ping-replica-period",
+        "1",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().cloned());
+    let names = node_names(name);
+    let mut ports = Vec::new();
+    let mut ids = Vec::new();
+    for (epoch, node) in names.iter().enumerate() {
+        start_redis(dir, node, Ipv4Addr::LOCALHOST, None, &args, servers)?;
+        let port = servers.last().expect("started node").port;
+        // Distinct epochs before the nodes meet, as redis-cli does, so
+        // that no collision has to be resolved first.
+        ask(
+            port,
+            &["CLUSTER", "SET-CONFIG-EPOCH", &(epoch + 1).to_string()],
+        )?;
+        ids.push(ask(port, &["CLUSTER", "MYID"])?);
+        ports.push(port);
+    }
+    for (port, (first, last)) in ports.iter().zip(RANGES) {
+        let slots: Vec<String> = (first..=last).map(|s| s.to_string()).collect();
+        let mut request = vec!["CLUSTER", "ADDSLOTS"];
+        request.extend(slots.iter().map(String::as_str));
+        ask(*port, &request)?;
+    }
+    for port in &ports[1..] {
+        ask(
+            ports[0],
+            &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()],
+        )?;
+    }
+    let deadline = Instant::now() + FORM_DEADLINE;
+    for i in 0..MASTERS {
+        let (replica, master_id) = (ports[MASTERS + i], &ids[i]);
+        wait_for(deadline, "CLUSTER REPLICATE", || {
+            ask(replica, &["CLUSTER", "REPLICATE", master_id]).map(|_| ())
+        })?;
+    }
+    for &port in &ports {
+        wait_for(deadline, "cluster formation", || sees_everything(port))?;
+    }
+    for &port in &ports {
+        wait_for(deadline, "CLUSTER SLOTS listing every node", || {
+            slots_list_everything(port)
+        })?;
+    }
+    for &replica in &ports[MASTERS..] {
+        wait_for(deadline, "replica sync", || {
+            let info = ask(replica, &["INFO", "replication"])?;
+            if info.contains("master_link_status:up") {
+                Ok(())
+            } else {
+                Err(format!("port {replica}: master link not up"))
+            }
+        })?;
+    }
+    let mut macros = vec![(format!("{name}_seed"), format!("127.0.0.1:{}", ports[0]))];
+    let started = &servers[servers.len() - names.len()..];
+    for ((node, port), (id, server)) in names.iter().zip(&ports).zip(ids.iter().zip(started)) {
+        macros.push((format!("{node}_addr"), format!("127.0.0.1:{port}")));
+        macros.push((format!("{node}_port"), port.to_string()));
+        macros.push((format!("{node}_id"), id.clone()));
+        macros.push((format!("{node}_pid"), server.child.id().to_string()));
+        macros.push((
+            format!("{node}_restart"),
+            dir.join(format!("{node}.restart")).display().to_string(),
+        ));
+    }
+    Ok(macros)
+}
