@@ -86,6 +86,8 @@
 //! * with any `redis-tls` server, the test TLS material
 //!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
 //!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
+//!   `${tls_expired_cert}`, `${tls_expired_key}` (the same names, expired
+//!   in 2021),
 //!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}`. The server
 //!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
 //!   optional` (a vtc may add `--tls-auth-clients yes`).
@@ -809,6 +811,8 @@ fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, String> {
         ("tls_other_ca", &m.other_ca),
         ("tls_server_cert", &m.server_cert),
         ("tls_server_key", &m.server_key),
+        ("tls_expired_cert", &m.expired_cert),
+        ("tls_expired_key", &m.expired_key),
         ("tls_client_cert", &m.client_cert),
         ("tls_client_key", &m.client_key),
     ];

@@ -1,5 +1,6 @@
 //! TLS material made for tests (rcgen): a CA, a server certificate for
-//! 127.0.0.1 and `localhost`, a client certificate, and a second CA that
+//! 127.0.0.1 and `localhost` (and one that expired in 2021), a client
+//! certificate, and a second CA that
 //! signed nothing here (a "wrong CA"), written as PEM files into a
 //! directory. Used by the unit tests of src/tls.rs and by the vtc harness
 //! (`#@ tls`).
@@ -12,6 +13,8 @@ pub struct Material {
     pub other_ca: PathBuf,
     pub server_cert: PathBuf,
     pub server_key: PathBuf,
+    pub expired_cert: PathBuf,
+    pub expired_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
 }
@@ -34,22 +37,30 @@ pub fn write_material(dir: &Path) -> Result<Material, String> {
     };
     let (ca, ca_key) = authority("vmod-redis test CA")?;
     let (other_ca, _) = authority("vmod-redis other CA")?;
-    let issue = |names: Vec<String>| -> Result<(String, String), String> {
+    let issue = |names: Vec<String>, expired: bool| -> Result<(String, String), String> {
         let key = KeyPair::generate().map_err(err)?;
         let mut params = CertificateParams::new(names.clone()).map_err(err)?;
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
         params
             .distinguished_name
             .push(DnType::CommonName, names[0].as_str());
         let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
         Ok((cert.pem(), key.serialize_pem()))
     };
-    let (server_cert, server_key) = issue(vec!["127.0.0.1".into(), "localhost".into()])?;
-    let (client_cert, client_key) = issue(vec!["client".into()])?;
+    let server_names = || vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let (server_cert, server_key) = issue(server_names(), false)?;
+    let (expired_cert, expired_key) = issue(server_names(), true)?;
+    let (client_cert, client_key) = issue(vec!["client".into()], false)?;
     Ok(Material {
         ca: write("ca.crt", &ca.pem())?,
         other_ca: write("other-ca.crt", &other_ca.pem())?,
         server_cert: write("server.crt", &server_cert)?,
         server_key: write("server.key", &server_key)?,
+        expired_cert: write("expired.crt", &expired_cert)?,
+        expired_key: write("expired.key", &expired_key)?,
         client_cert: write("client.crt", &client_cert)?,
         client_key: write("client.key", &client_key)?,
     })
