@@ -80,6 +80,10 @@ mod load;
 mod pool_exhaustion;
 mod procs;
 mod redis;
+#[allow(dead_code)]
+#[path = "../support/sentinel.rs"]
+mod sentinel;
+mod sentinel_failover;
 mod setup;
 mod soak;
 #[path = "../support/mod.rs"]
@@ -96,6 +100,7 @@ use load::*;
 use pool_exhaustion::*;
 use procs::*;
 use redis::*;
+use sentinel_failover::*;
 use setup::*;
 use soak::*;
 use std::collections::HashMap;
@@ -154,6 +159,12 @@ fn main() {
     trials.push(Trial::test("s3.pool-exhaustion.pipelined", || {
         s3_pool_exhaustion(Mode::Pipelined)
     }));
+    for mode in [Mode::Private, Mode::Shared] {
+        trials.push(Trial::test(
+            format!("s8.sentinel-failover.{}", mode.name()),
+            move || s8_sentinel_failover(mode),
+        ));
+    }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(
         Trial::test(format!("s6.vcl-churn.{churn_long}"), move || {

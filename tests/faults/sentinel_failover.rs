@@ -1,0 +1,333 @@
+//! Scenario 8: `SENTINEL FAILOVER` under a load of writes.
+use super::*;
+
+/// The Sentinels' name for the master.
+const MASTER: &str = "m";
+/// Writes are back on the new master this long after every Sentinel
+/// names it, at the latest.
+const RECOVER_WITHIN: f64 = 3.0;
+/// Bound on the failover itself (Sentinel's `failover-timeout` is 2 s).
+const FAILOVER_BOUND: f64 = 8.0;
+
+/// The Sentinels of the trial, stopped by PID on drop.
+struct Sentinels(Vec<(sentinel::Started, u16)>);
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for (s, _) in self.0.drain(..) {
+            stop_child(s.child, "redis-sentinel", Duration::from_secs(5));
+        }
+    }
+}
+
+impl Sentinels {
+    fn ports(&self) -> Vec<u16> {
+        self.0.iter().map(|(_, p)| *p).collect()
+    }
+
+    /// The master port every Sentinel names, if they agree.
+    fn master_port(&self) -> Option<u16> {
+        let mut agreed = None;
+        for port in self.ports() {
+            let reply = redis_cmd(
+                port,
+                None,
+                &["SENTINEL", "get-master-addr-by-name", MASTER],
+            )
+            .ok()?;
+            let named: u16 = reply
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .next_back()?;
+            match agreed {
+                None => agreed = Some(named),
+                Some(p) if p == named => {}
+                Some(_) => return None,
+            }
+        }
+        agreed
+    }
+}
+
+/// Clients of a Redis server other than Sentinels, replication links and
+/// this probe (`CLIENT LIST`).
+fn plain_clients(port: u16) -> Option<u64> {
+    let list = redis_cmd(port, None, &["CLIENT", "LIST"]).ok()?;
+    Some(
+        list.lines()
+            .filter(|l| l.contains("id="))
+            .filter(|l| !l.contains("name=sentinel-") && !l.contains("cmd=client|list"))
+            .filter(|l| {
+                let flags = l
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("flags="))
+                    .unwrap_or("");
+                !flags.contains('S') && !flags.contains('M')
+            })
+            .count() as u64,
+    )
+}
+
+/// The child against every Redis server: sockets to them all, and their
+/// plain clients.
+fn snapshot_all(varnish: &Varnish, ports: &[u16]) -> Snapshot {
+    let mut snap = Snapshot::take(varnish.varnishd.child_pid, ports[0]);
+    snap.redis_fds = 0;
+    let mut clients = Some(0);
+    for &port in ports {
+        snap.redis_fds += tcp_inodes_count(varnish.varnishd.child_pid, port);
+        clients = clients.zip(plain_clients(port)).map(|(a, b)| a + b);
+    }
+    snap.redis_clients = clients;
+    snap
+}
+
+/// Sockets of the child connected to `port`.
+fn tcp_inodes_count(pid: i32, port: u16) -> usize {
+    let inodes = tcp_inodes_to(pid, port);
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let target = fs::read_link(e.path()).unwrap_or_default();
+            target
+                .to_string_lossy()
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|i| i.parse::<u64>().ok())
+                .is_some_and(|i| inodes.contains(&i))
+        })
+        .count()
+}
+
+/// Waits (3 s at most) for the child's sockets and the servers' clients to
+/// agree.
+fn settled_all(varnish: &Varnish, ports: &[u16]) -> Snapshot {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let snap = snapshot_all(varnish, ports);
+        if snap.redis_clients == Some(snap.redis_fds as u64) || Instant::now() >= deadline {
+            return snap;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
+    let name = format!("s8-{}", mode.name());
+    let db = DbSpec::new("db", mode);
+    let so = support::vmod_so()?;
+    let dir = support::trial_dir(&name)?;
+    // A master, two replicas, three Sentinels.
+    make_dir(&dir.join("m"))?;
+    let master = Redis::start(&dir.join("m"))?;
+    let mut replicas = Vec::new();
+    for r in ["r1", "r2"] {
+        let sub = dir.join(r);
+        make_dir(&sub)?;
+        let replica = Redis::start(&sub)?;
+        let port = master.port.to_string();
+        redis_cmd(replica.port, None, &["REPLICAOF", "127.0.0.1", &port])
+            .map_err(|e| format!("REPLICAOF on {r}: {e}"))?;
+        replicas.push(replica);
+    }
+    let mut sentinels = Sentinels(Vec::new());
+    for s in ["s1", "s2", "s3"] {
+        let started = sentinel::start(
+            &dir,
+            s,
+            MASTER,
+            (Ipv4Addr::LOCALHOST, master.port),
+            &[],
+            None,
+        )?;
+        register_pid(started.child.id() as i32, "redis-sentinel");
+        let port = started.port;
+        sentinels.0.push((started, port));
+    }
+    let expected: Vec<sentinel::Expected> = sentinels
+        .ports()
+        .into_iter()
+        .enumerate()
+        .map(|(i, port)| sentinel::Expected {
+            name: format!("s{}", i + 1),
+            port,
+            master: MASTER.into(),
+            replicas: 2,
+            sentinels: 2,
+            password: None,
+        })
+        .collect();
+    sentinel::wait_ready(&expected)?;
+    let ports: Vec<u16> = std::iter::once(master.port)
+        .chain(replicas.iter().map(|r| r.port))
+        .collect();
+
+    // The generated VCL, with the Sentinels before the database, every
+    // server `type = auto`; `execute()` is `execute(master = true)`.
+    let locations = sentinels
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let base = vcl(&so, master.port, std::slice::from_ref(&db), "s8 boot");
+    let new_db = format!(
+        "    new db = redis.db(location = \"127.0.0.1:{}\", type = master,",
+        master.port
+    );
+    let add = replicas
+        .iter()
+        .map(|r| format!("    db.add_server(\"127.0.0.1:{}\", auto);\n", r.port))
+        .collect::<String>();
+    if !base.contains(&new_db) || !base.contains("}\n\nsub vcl_recv") {
+        return Err("s8: the generated VCL changed shape".into());
+    }
+    let text = base
+        .replacen(
+            &new_db,
+            &format!(
+                "    redis.sentinels(locations = \"{locations}\");\n{}",
+                new_db.replace("type = master", "type = auto")
+            ),
+            1,
+        )
+        .replacen("}\n\nsub vcl_recv", &format!("{add}}}\n\nsub vcl_recv"), 1);
+    let varnish = Varnish::start(&dir, &text)?;
+    let _ = http_get(varnish.port, "/db/stats");
+    thread::sleep(Duration::from_millis(500));
+    let idle = settled_all(&varnish, &ports);
+    let errlog = ErrorLog::start(&varnish, &dir)?;
+    let mut s = Setup {
+        name,
+        redis: master,
+        varnish,
+        errlog,
+        idle,
+        failures: Vec::new(),
+    };
+    s.say(format!("child idle: {idle}"));
+
+    let clients = 20;
+    let failover_at = 2.0;
+    let load = Load::start(LoadSpec {
+        port: s.varnish.port,
+        clients,
+        duration: Duration::from_secs(10),
+        paths: vec!["/db/set/c{c}".into(), "/db/eval/c{c}".into()],
+        deadline: Duration::from_secs(5),
+    });
+    load.sleep_until(failover_at - 0.3);
+    let before = snapshot_all(&s.varnish, &ports);
+    load.sleep_until(failover_at);
+    let asked = load.at();
+    let reply = redis_cmd(sentinels.ports()[0], None, &["SENTINEL", "FAILOVER", MASTER]);
+    let old_port = s.redis.port;
+    let mut switched = None;
+    let mut new_port = None;
+    while load.at() < asked + FAILOVER_BOUND {
+        if let Some(p) = sentinels.master_port().filter(|&p| p != old_port) {
+            switched = Some(load.at());
+            new_port = Some(p);
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let report = load.finish();
+    let reply = reply.map_err(|e| format!("SENTINEL FAILOVER: {e}"))?;
+    s.say(format!(
+        "{clients} clients, {:.1} s of SET / EVAL with execute(master = true); SENTINEL FAILOVER at {asked:.2} s ({}), every Sentinel names {} at {}",
+        report.secs,
+        reply.trim(),
+        new_port.map_or("no new master".into(), |p| format!("127.0.0.1:{p}")),
+        switched.map_or("never".into(), |t| format!("{t:.2} s (+{})", ms(t - asked))),
+    ));
+    let Some(switched) = switched else {
+        s.check(false, || {
+            format!("no new master named by every Sentinel within {FAILOVER_BOUND} s")
+        });
+        return s.finish();
+    };
+    thread::sleep(Duration::from_millis(300));
+    let after = settled_all(&s.varnish, &ports);
+    let counters = counters(s.varnish.port, "db")?;
+
+    let all = report.all();
+    let pre = figures(&report.ended_before(asked));
+    let switch = figures(&report.window(asked, switched + RECOVER_WITHIN));
+    let post = figures(&report.window(switched + RECOVER_WITHIN, f64::MAX));
+    let last_second = figures(&report.window(report.secs - 1.0, f64::MAX));
+    let last_bad_end = report
+        .samples
+        .iter()
+        .filter(|x| x.outcome != Outcome::Ok)
+        .map(|x| x.end_us() as f64 / 1e6)
+        .reduce(f64::max);
+    s.say(format!("all: {all}"));
+    s.say(format!("before the failover: {pre}"));
+    s.say(format!(
+        "from the failover to the switch + {RECOVER_WITHIN:.0} s: {switch}"
+    ));
+    s.say(format!("after: {post}"));
+    s.say(format!("last second: {last_second}"));
+    s.say(format!(
+        "requests failed during the switch: {} fallbacks, {} error replies; last one answered {} after SENTINEL FAILOVER, {} after the switch (limit {})",
+        switch.fallback,
+        switch.error_reply,
+        last_bad_end.map_or("never".into(), |t| ms(t - asked)),
+        last_bad_end.map_or("never".into(), |t| ms(t - switched)),
+        ms(RECOVER_WITHIN)
+    ));
+    s.say(format!("counters: {counters}"));
+    s.say(format!("child before the failover: {before}"));
+    s.say(format!("child after: {after}"));
+
+    if all.http + all.io + all.hung > 0 {
+        s.failures.push(format!(
+            "requests not answered with a 200: other status {}, io errors {}, hung {}",
+            all.http, all.io, all.hung
+        ));
+    }
+    check_worst(&all, db.command_bound(), "", &mut s.failures);
+    s.check(pre.requests > 0 && pre.ok == pre.requests, || {
+        format!("not every write replied before the failover: {pre}")
+    });
+    s.check(
+        last_bad_end.is_none_or(|t| t <= switched + RECOVER_WITHIN),
+        || format!("writes failed later than {RECOVER_WITHIN} s after the switch"),
+    );
+    s.check(post.requests > 0 && post.ok == post.requests, || {
+        format!("not every write replied from switch + {RECOVER_WITHIN} s on: {post}")
+    });
+    s.check(
+        last_second.requests > 0 && last_second.ok == last_second.requests,
+        || format!("not every write replied in the last second: {last_second}"),
+    );
+    check_counters(&all, &counters, &mut s.failures);
+    s.check_threads_fds(&idle, &after, "");
+    let bound = connection_bound(&db) * ports.len();
+    s.check(after.redis_fds <= bound, || {
+        format!(
+            "child holds {} Redis connections, bound {bound}",
+            after.redis_fds
+        )
+    });
+    s.check(after.redis_clients == Some(after.redis_fds as u64), || {
+        format!(
+            "the servers see {:?} clients, the child holds {} sockets to them",
+            after.redis_clients, after.redis_fds
+        )
+    });
+    s.check_lone_client("db")?;
+    // The lone client's write is on the master the Sentinels name now.
+    if let Some(p) = new_port {
+        let got = redis_cmd(p, None, &["GET", "fault:lone"]).unwrap_or_default();
+        s.check(got.contains("/db/mix/lone"), || {
+            format!("the new master 127.0.0.1:{p} does not hold the lone client's write: {got:?}")
+        });
+    }
+    drop(replicas);
+    drop(sentinels);
+    s.finish()
+}
