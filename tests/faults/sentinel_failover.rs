@@ -29,16 +29,17 @@ impl Sentinels {
     fn master_port(&self) -> Option<u16> {
         let mut agreed = None;
         for port in self.ports() {
-            let reply = redis_cmd(
-                port,
-                None,
-                &["SENTINEL", "get-master-addr-by-name", MASTER],
-            )
-            .ok()?;
-            let named: u16 = reply
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .next_back()?;
+            // `INFO sentinel`: `master0:name=m,status=ok,address=IP:PORT,...`
+            // (the harness's client renders arrays as their length only).
+            let info = redis_cmd(port, None, &["INFO", "sentinel"]).ok()?;
+            let named: u16 = info
+                .split(',')
+                .find_map(|f| f.strip_prefix("address="))?
+                .rsplit_once(':')?
+                .1
+                .trim()
+                .parse()
+                .ok()?;
             match agreed {
                 None => agreed = Some(named),
                 Some(p) if p == named => {}
@@ -222,7 +223,11 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     let before = snapshot_all(&s.varnish, &ports);
     load.sleep_until(failover_at);
     let asked = load.at();
-    let reply = redis_cmd(sentinels.ports()[0], None, &["SENTINEL", "FAILOVER", MASTER]);
+    let reply = redis_cmd(
+        sentinels.ports()[0],
+        None,
+        &["SENTINEL", "FAILOVER", MASTER],
+    );
     let old_port = s.redis.port;
     let mut switched = None;
     let mut new_port = None;
@@ -294,7 +299,7 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
         format!("not every write replied before the failover: {pre}")
     });
     s.check(
-        last_bad_end.is_none_or(|t| t <= switched + RECOVER_WITHIN),
+        last_bad_end.map_or(true, |t| t <= switched + RECOVER_WITHIN),
         || format!("writes failed later than {RECOVER_WITHIN} s after the switch"),
     );
     s.check(post.requests > 0 && post.ok == post.requests, || {
@@ -305,6 +310,16 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
         || format!("not every write replied in the last second: {last_second}"),
     );
     check_counters(&all, &counters, &mut s.failures);
+    // The writes moved: connections were opened to the new master.
+    s.check(
+        counters.get("connections.total") > before.redis_fds as u64,
+        || {
+            format!(
+                "connections.total {}: no connection opened to the new master",
+                counters.get("connections.total")
+            )
+        },
+    );
     s.check_threads_fds(&idle, &after, "");
     let bound = connection_bound(&db) * ports.len();
     s.check(after.redis_fds <= bound, || {
@@ -327,7 +342,10 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
             format!("the new master 127.0.0.1:{p} does not hold the lone client's write: {got:?}")
         });
     }
-    drop(replicas);
+    // varnishd stops in finish(), before the Sentinels and the replicas:
+    // the error log is not about the teardown.
+    let result = s.finish();
     drop(sentinels);
-    s.finish()
+    drop(replicas);
+    result
 }
