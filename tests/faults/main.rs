@@ -44,6 +44,18 @@
 //!   out within the bound, `workers.blocked` counts (shared), replies in
 //!   every 500 ms (shared; private mode has no admission control and is
 //!   only reported in the slow phase).
+//! * `s8.sentinel-failover.{private,shared}`: a master, two replicas
+//!   (`REPLICAOF`), three `redis-server --sentinel` (500 ms
+//!   `down-after-milliseconds`, 2 s `failover-timeout`), the VCL with
+//!   `redis.sentinels(...)` before the database, every server
+//!   `type = auto`; 20 clients of writes (SET, EVAL with
+//!   `execute(master = true)`) for 10 s and `SENTINEL FAILOVER` at 2 s:
+//!   every Sentinel names a new master within 8 s, every request within
+//!   `command_bound`, no fallback or error reply later than 3 s after
+//!   that, every request of the last second replied, connections opened
+//!   to the new master, no leak (sockets to all three servers against
+//!   their clients other than Sentinels and replication links), counters
+//!   reconcile, and the lone client's write is on the new master.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private and a shared database
 //!   while 16 clients run: threads, fds and Redis connections do not grow,
