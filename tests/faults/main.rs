@@ -49,7 +49,8 @@
 //!   `down-after-milliseconds`, 2 s `failover-timeout`), the VCL with
 //!   `redis.sentinels(...)` before the database, every server
 //!   `type = auto`; 20 clients of writes (SET, EVAL with
-//!   `execute(master = true)`) for 10 s and `SENTINEL FAILOVER` at 2 s:
+//!   `execute(master = true)`), `SENTINEL FAILOVER` at 2 s, the load
+//!   stopped 5 s after every Sentinel names the new master:
 //!   every Sentinel names a new master within 8 s, every request within
 //!   `command_bound`, no fallback or error reply later than 3 s after
 //!   that, every request of the last second replied, connections opened
