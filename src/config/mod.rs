@@ -296,6 +296,20 @@ pub struct DbConfig {
     pub pipelining: bool,
 }
 
+/// The TLS settings of `redis.db()` or `redis.sentinels()`: loaded and
+/// checked with `tls=true`; without it the `tls_*` arguments are ignored,
+/// as the C VMOD does.
+fn tls_of(
+    enabled: bool,
+    files: crate::tls::TlsArgs,
+) -> Result<Option<crate::tls::Tls>, ConfigError> {
+    Ok(if enabled {
+        Some(crate::tls::Tls::load(&files)?)
+    } else {
+        None
+    })
+}
+
 /// A non-negative count that fits in u32.
 fn count(arg: &'static str, value: i64) -> Result<u32, ConfigError> {
     if value < 0 {
@@ -365,23 +379,23 @@ impl DbConfig {
         }
         let max_connections = count("max_connections", args.max_connections)?;
         let protocol: Protocol = args.protocol.parse()?;
-        // tls_* arguments without tls=true are ignored, as the C VMOD does.
-        let tls = if args.tls {
+        if args.tls {
             if let Some(Location::Unix(path)) = &location {
                 return Err(ConfigError::TlsOverUnix {
                     location: path.display().to_string(),
                 });
             }
-            Some(crate::tls::Tls::load(&crate::tls::TlsArgs {
+        }
+        let tls = tls_of(
+            args.tls,
+            crate::tls::TlsArgs {
                 cafile: args.tls_cafile,
                 capath: args.tls_capath,
                 certfile: args.tls_certfile,
                 keyfile: args.tls_keyfile,
                 sni: args.tls_sni,
-            })?)
-        } else {
-            None
-        };
+            },
+        )?;
         // As the C VMOD: no password, no AUTH, and so no user either
         // (commands then get the server's NOAUTH error reply if it wants one).
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));

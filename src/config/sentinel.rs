@@ -2,7 +2,7 @@
 //! `vcl_init`: a bad value fails `vcl.load` naming the argument.
 use std::time::Duration;
 
-use super::{optional, ConfigError, Location, LocationError, Protocol, Secret};
+use super::{optional, tls_of, ConfigError, Location, LocationError, Protocol, Secret};
 
 /// The VCL arguments of `redis.sentinels()` as varnishd passes them (NULL
 /// strings already mapped to ""; `locations` already taken from
@@ -94,17 +94,16 @@ impl SentinelConfig {
             Duration::from_millis,
         )?;
         let protocol: Protocol = args.protocol.parse()?;
-        let tls = if args.tls {
-            Some(crate::tls::Tls::load(&crate::tls::TlsArgs {
+        let tls = tls_of(
+            args.tls,
+            crate::tls::TlsArgs {
                 cafile: args.tls_cafile,
                 capath: args.tls_capath,
                 certfile: args.tls_certfile,
                 keyfile: args.tls_keyfile,
                 sni: args.tls_sni,
-            })?)
-        } else {
-            None
-        };
+            },
+        )?;
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
         Ok(Some(SentinelConfig {
             locations,

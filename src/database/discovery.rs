@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::execute::within;
-use super::{Database, Note};
+use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
 use crate::connection::shared::SharedPool;
@@ -21,11 +21,6 @@ use crate::topology::Topology;
 
 /// The `CLUSTER SLOTS` request, packed.
 const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
-
-/// Bound of each step (connect, `CLUSTER SLOTS`) of asking one node: a
-/// node that does not answer in time is skipped for the next, and the
-/// whole discovery stays short for the worker running it.
-const STEP_CAP: Duration = Duration::from_millis(500);
 
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
@@ -159,12 +154,10 @@ impl Database {
                 nodes.push(seed.clone());
             }
         }
-        let cap = |timeout: Option<Duration>| {
-            within(
-                Some(timeout.map_or(STEP_CAP, |timeout| timeout.min(STEP_CAP))),
-                deadline,
-            )
-        };
+        // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
+        // probe step: a node that does not answer in time is skipped for
+        // the next, and the whole discovery stays short for the worker.
+        let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
         // Not counted in the database's connection counters, as the ROLE
         // probe: they count what commands use.
         let probe_stats = Stats::default();
@@ -172,23 +165,17 @@ impl Database {
         let mut stale: Option<(String, SlotMap<String>)> = None;
         for location in nodes.iter().take(MAX_NODES_ASKED) {
             let asked = location.to_string();
-            let answer = Connector::new(
-                location,
-                self.config.user.as_deref(),
-                self.config.password.as_deref(),
-                self.config.protocol,
-                self.config.connection_timeout,
-                self.config.tls.clone(),
-            )
-            .and_then(|connector| {
-                connector.connect_within(&probe_stats, cap(self.config.connection_timeout))
-            })
-            .map_err(|err| err.to_string())
-            .and_then(|mut conn| {
-                conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
-                    .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
-            })
-            .and_then(|reply| parse_slots(&reply, host_of(&asked)));
+            let answer = self
+                .connector(location)
+                .and_then(|connector| {
+                    connector.connect_within(&probe_stats, cap(self.config.connection_timeout))
+                })
+                .map_err(|err| err.to_string())
+                .and_then(|mut conn| {
+                    conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
+                        .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
+                })
+                .and_then(|reply| parse_slots(&reply, host_of(&asked)));
             match answer {
                 Ok(map) if map.shards.is_empty() => {
                     failures.push(format!("{asked}: no slot assigned"));

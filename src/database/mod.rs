@@ -29,7 +29,13 @@ pub enum Note<'a> {
 /// when the object's timeout is 0 or longer: the CLI thread must not wait
 /// long, and a server that does not answer in time is asked again by the
 /// first command.
-const LOAD_STEP_CAP: Duration = Duration::from_millis(500);
+const PROBE_STEP_CAP: Duration = Duration::from_millis(500);
+
+/// `timeout` for one step of a probe (the role check in `vcl_init`, a
+/// cluster discovery): at most [`PROBE_STEP_CAP`], also when it is 0 (none).
+fn probe_step(timeout: Option<Duration>) -> Option<Duration> {
+    Some(timeout.map_or(PROBE_STEP_CAP, |timeout| timeout.min(PROBE_STEP_CAP)))
+}
 
 /// What `.stats()` renders.
 pub enum StatsFormat<'a> {
@@ -128,14 +134,7 @@ impl Database {
             }
             .into());
         }
-        let connector = Connector::new(
-            location,
-            self.config.user.as_deref(),
-            self.config.password.as_deref(),
-            self.config.protocol,
-            self.config.connection_timeout,
-            self.config.tls.clone(),
-        )?;
+        let connector = self.connector(location)?;
         let mut added = None;
         self.servers.update(|current| {
             let existing = current.by_location(connector.location());
@@ -223,6 +222,19 @@ impl Database {
         &self.stats
     }
 
+    /// How this database reaches the server at `location`: its
+    /// credentials, protocol, connect timeout and TLS settings.
+    pub(crate) fn connector(&self, location: &Location) -> Result<Connector> {
+        Connector::new(
+            location,
+            self.config.user.as_deref(),
+            self.config.password.as_deref(),
+            self.config.protocol,
+            self.config.connection_timeout,
+            self.config.tls.clone(),
+        )
+    }
+
     /// The servers as they are now.
     pub(crate) fn topology(&self) -> Arc<Topology> {
         self.servers.snapshot()
@@ -239,17 +251,14 @@ impl Database {
 
     /// Asks `ROLE` on a fresh connection and records the answer. Runs in
     /// `vcl_init`: each step is bounded by its timeout, at most
-    /// [`LOAD_STEP_CAP`]. As in the C VMOD, this probe is not counted in
+    /// [`PROBE_STEP_CAP`]. As in the C VMOD, this probe is not counted in
     /// the database's counters, and a server that cannot be reached is
     /// marked sick (avoided while others can serve).
     fn discover_role(&self, server: &Server) -> Option<Role> {
-        let cap = |timeout: Option<Duration>| {
-            Some(timeout.map_or(LOAD_STEP_CAP, |timeout| timeout.min(LOAD_STEP_CAP)))
-        };
         let probe_stats = Stats::default();
         let mut conn = match server
             .connector
-            .connect_within(&probe_stats, cap(self.config.connection_timeout))
+            .connect_within(&probe_stats, probe_step(self.config.connection_timeout))
         {
             Ok(conn) => conn,
             Err(_) => {
@@ -257,7 +266,9 @@ impl Database {
                 return None;
             }
         };
-        let reply = conn.request(ROLE, cap(self.config.command_timeout)).ok()?;
+        let reply = conn
+            .request(ROLE, probe_step(self.config.command_timeout))
+            .ok()?;
         let role = role_from_reply(&reply)?;
         server.set_role(role);
         Some(role)
