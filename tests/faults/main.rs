@@ -81,7 +81,7 @@
 //!
 //! # Environment
 //! * `VMOD_REDIS_SO`: use this .so as is (no build); otherwise `cargo build
-//!   --lib` is run once, as in `tests/vtc.rs`.
+//!   --lib` is run once, as in `tests/vtc/`.
 //! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).

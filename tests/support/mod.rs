@@ -1,4 +1,4 @@
-//! Process plumbing shared by `tests/vtc.rs`, `tests/faults/` and
+//! Process plumbing shared by `tests/vtc/`, `tests/faults/` and
 //! `benches/system/` (the bench includes this file with
 //! `#[path = "../../tests/support/mod.rs"] mod support;`).
 //!

@@ -1,0 +1,442 @@
+//! varnishtest harness: one libtest-mimic trial per `vtc/*.vtc`, sorted by name.
+//!
+//! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
+//! (substring of the trial name, i.e. of the file name without `.vtc`).
+//!
+//! # The module under test
+//! * `$VMOD_REDIS_SO`, when set, is used as is (no build). Handy with the
+//!   system C VMOD to check a vtc: `/usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_redis.so`.
+//! * Otherwise the harness runs `cargo build --lib` itself, once, before the
+//!   first trial (`cargo test` does not build a `cdylib`-only lib for
+//!   integration tests). It builds into the target directory and profile of
+//!   this test binary (so `CARGO_TARGET_DIR`, `--release` and `--target` are
+//!   followed) and, should cargo report that the build directory is locked,
+//!   falls back to the separate target directory `<target>/vtc-harness`.
+//!
+//! varnishd drops privileges, so the .so is copied (0644) into a fresh 0755
+//! directory under `$TMPDIR` (default `/tmp`) and the vtc files load it with
+//! `import redis from "${vmod_so}";`.
+//!
+//! # Directives
+//! A vtc file declares what it needs in comment lines starting with `#@ `
+//! (leading blanks allowed), processed in file order:
+//!
+//! ```text
+//! #@ redis NAME [ARG...]           standalone redis-server
+//! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
+//! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
+//! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
+//! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
+//! #@ cluster NAME [ARG...]         Redis Cluster, 3 masters x 1 replica (tests/support/cluster.rs)
+//! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
+//! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
+//! ```
+//!
+//! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
+//! --daemonize no --repl-diskless-sync-delay 0 --dir <dir>/NAME.data
+//! --unixsocket <dir>/NAME.sock --unixsocketperm 777 --logfile <dir>/NAME.log`
+//! (stdout and stderr go to `<dir>/NAME.out`), then the ARGs verbatim (a
+//! later redis option overrides an earlier one). `--bind 127.X.Y.Z` among
+//! the ARGs puts the server on another loopback address (so that
+//! `redis.subnets()` masks can tell servers apart); the harness then
+//! checks it, and makes its macros and its replicas' `--replicaof`, there. P is a free loopback port
+//! (another is tried when redis reports "Address already in use"). A server
+//! is up when it answers PING (`+PONG`, `-NOAUTH`, any reply but `-LOADING`)
+//! within 10 s; a replica, in addition, when its `INFO replication` shows
+//! `master_link_status:up` within 20 s (the INFO is sent after `AUTH <pw>`
+//! when its ARGs hold `--requirepass <pw>`). A vtc may stop or kill a server
+//! itself (`kill ${main_pid}`); the harness then finds it gone.
+//!
+//! Quoting of ARGs, shell-like: words are separated by blanks; `"..."` and
+//! `'...'` group (so `""` is an empty argument and `'>p w'` one argument);
+//! inside double quotes `\"` and `\\` are escapes; outside quotes a
+//! backslash escapes the next character. `${macro}` in ARGs is replaced by the
+//! macro of a server declared above (unknown ones are an error). Examples:
+//!
+//! ```text
+//! #@ redis main --requirepass s3cret --user alice on '>pw' '~*' +@all
+//! #@ replica r1 main --masterauth s3cret
+//! #@ redis other --replicaof 127.0.0.1 ${main_port} --masterauth s3cret
+//! ```
+//!
+//! NAME: letters, digits and `_` only (varnishtest macro names allow
+//! `[a-zA-Z0-9_]`); unique within the file.
+//!
+//! # Macros passed to varnishtest (`-Dname=value`)
+//! * `${vmod_so}`: absolute path of the .so to import.
+//! * `${vmod_so_copy}`: a copy of it with another file id, which varnishd
+//!   loads as a second module (two builds loaded at once, as during an
+//!   upgrade). Made only for files that use the macro.
+//! * `${vmod_dir}`: the directory holding it, for VCL that says just
+//!   `import redis;`: `varnish v1 -arg "-p vmod_path=${vmod_dir}"`.
+//! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
+//! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
+//!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
+//!   per-test directory, which varnishtest defines itself (a `-Dtmpdir` would
+//!   be ignored).
+//! * per server NAME: `${NAME_addr}` (`HOST:PORT`), `${NAME_host}` (`127.0.0.1`
+//!   unless `--bind` says otherwise), `${NAME_port}`, `${NAME_restart}` (a
+//!   script that starts the server again, same options, after the vtc
+//!   killed it; returns once it answers PING; the harness stops it too),
+//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
+//!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
+//!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
+//!   tests/support/cluster.rs).
+//! * with any `redis-tls` server, the test TLS material
+//!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
+//!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
+//!   `${tls_expired_cert}`, `${tls_expired_key}` (the same names, expired
+//!   in 2021),
+//!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}`. The server
+//!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
+//!   optional` (a vtc may add `--tls-auth-clients yes`).
+//!
+//! # Result
+//! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
+//! failure its message holds varnishtest's output (the failing log, without
+//! the CLI pings; `-q` is not used as it would print only the FAILED line),
+//! the tail of each server's log, and last a summary: the last top-level
+//! steps and the `----` failure lines. All servers are stopped by PID (SIGTERM, then
+//! SIGKILL after 5 s) and the directory is removed, also on failure or panic.
+//!
+//! Environment: `REDIS_SERVER` (the server program, default `redis-server`;
+//! `valkey-server` takes the same options), `REDIS_CLI` (default
+//! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
+//! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
+//! `-L` to varnishtest; their paths are printed).
+
+#[path = "../support/cluster.rs"]
+mod cluster;
+mod directives;
+mod report;
+#[path = "../support/sentinel.rs"]
+mod sentinel;
+mod servers;
+#[path = "../support/mod.rs"]
+mod support;
+#[path = "../support/tls_material.rs"]
+mod tls_material;
+
+use directives::*;
+use libtest_mimic::{Arguments, Failed, Trial};
+use report::*;
+use servers::*;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+use support::{make_dir, redis_cmd_at, tail_file, Waited};
+
+const DEFAULT_TIMEOUT_SECS: u64 = 120;
+const PING_DEADLINE: Duration = Duration::from_secs(10);
+const REPLICA_DEADLINE: Duration = Duration::from_secs(20);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const PORT_ATTEMPTS: usize = 5;
+/// Keep at most this much of varnishtest's output in a failure message.
+const MAX_OUTPUT: usize = 512 * 1024;
+const LOG_TAIL_LINES: usize = 40;
+
+fn main() {
+    let args = Arguments::from_args();
+    let vtc_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vtc");
+    let mut files: Vec<PathBuf> = match fs::read_dir(&vtc_dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "vtc"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    let trials = files
+        .into_iter()
+        .map(|file| {
+            let name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Trial::test(name, move || run_file(&file))
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(base) = support::created_base_dir() {
+        if !keep() {
+            let _ = fs::remove_dir_all(base);
+        }
+    }
+    conclusion.exit();
+}
+
+fn keep() -> bool {
+    std::env::var_os("VTC_KEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+// ---------------------------------------------------------------------------
+// One trial
+
+struct Server {
+    name: String,
+    host: Ipv4Addr,
+    port: u16,
+    child: Child,
+    log: PathBuf,
+    out: PathBuf,
+}
+
+/// Owns the per-file directory and the servers; cleans both up on drop.
+struct Fixture {
+    dir: PathBuf,
+    servers: Vec<Server>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // Only the ones still running: a PID is not reused before its
+        // child is reaped, which happens just below.
+        let running: Vec<(i32, String)> = self
+            .servers
+            .iter_mut()
+            .filter_map(|s| match s.child.try_wait() {
+                Ok(None) => Some((s.child.id() as i32, format!("redis {}", s.name))),
+                _ => None,
+            })
+            .collect();
+        support::stop_pids(&running, STOP_GRACE);
+        for s in &mut self.servers {
+            let _ = s.child.wait();
+        }
+        // Servers a vtc started again with `${NAME_restart}`.
+        let restarted: Vec<(i32, String)> = self
+            .servers
+            .iter()
+            .filter_map(|s| {
+                let pid = fs::read_to_string(restarted_pidfile(&self.dir, &s.name)).ok()?;
+                let pid: i32 = pid.trim().parse().ok()?;
+                support::alive(pid).then(|| (pid, format!("redis {} (restarted)", s.name)))
+            })
+            .collect();
+        support::stop_pids(&restarted, STOP_GRACE);
+        if keep() {
+            eprintln!("vtc: kept {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Fixture {
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for srv in &self.servers {
+            for path in [&srv.log, &srv.out] {
+                let tail = tail_file(path, LOG_TAIL_LINES) + "\n";
+                if !tail.trim().is_empty() {
+                    s.push_str(&format!(
+                        "\n--- redis {} (port {}, pid {}): tail of {} ---\n{tail}",
+                        srv.name,
+                        srv.port,
+                        srv.child.id(),
+                        path.display()
+                    ));
+                }
+            }
+        }
+        s
+    }
+}
+
+fn run_file(file: &Path) -> Result<(), Failed> {
+    let text = fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
+    let directives = parse_directives(&text)?;
+    let so = support::vmod_so()?;
+
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let short: String = stem.chars().take(40).collect();
+    let dir = support::trial_dir(&short)?;
+    let mut fx = Fixture {
+        dir: dir.clone(),
+        servers: Vec::new(),
+    };
+
+    let mut macros: Vec<(String, String)> = vec![
+        ("vmod_so".into(), so.display().to_string()),
+        (
+            "vmod_dir".into(),
+            so.parent().unwrap_or(&dir).display().to_string(),
+        ),
+        (
+            "redis_cli".into(),
+            which(&support::cli_program(), "/usr/bin/redis-cli"),
+        ),
+        ("harness_tmpdir".into(), dir.display().to_string()),
+    ];
+    if text.contains("${vmod_so_copy}") {
+        let copy = support::vmod_so_copy()?;
+        macros.push(("vmod_so_copy".into(), copy.display().to_string()));
+    }
+    let mut ports: HashMap<String, (Ipv4Addr, u16)> = HashMap::new();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut timeout = std::env::var("VTC_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+
+    let mut sentinels: Vec<sentinel::Expected> = Vec::new();
+    for d in &directives {
+        let (name, master, raw_args) = match d {
+            Directive::Sentinel { .. } => {
+                let started =
+                    start_sentinel(d, &directives, &dir, &mut ports, &mut macros, &mut fx);
+                sentinels.push(started?);
+                continue;
+            }
+            Directive::Timeout(t) => {
+                timeout = *t;
+                continue;
+            }
+            Directive::Env(name, value) => {
+                env.push((name.clone(), expand(value, &macros)?));
+                continue;
+            }
+            Directive::Cluster { name, args } => {
+                if !valid_name(name) {
+                    return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
+                }
+                match cluster::start(&dir, name, args, &mut fx.servers) {
+                    Ok(cluster_macros) => macros.extend(cluster_macros),
+                    Err(e) => return Err(format!("{e}{}", fx.logs()).into()),
+                }
+                continue;
+            }
+            Directive::Redis { name, args, .. } => (name, None, args),
+            Directive::Replica { name, master, args } => (name, Some(master), args),
+        };
+        let tls_port = match d {
+            Directive::Redis { tls: true, .. } => {
+                if !macros.iter().any(|(k, _)| k == "tls_ca") {
+                    macros.extend(make_tls_material(&dir)?);
+                }
+                Some(support::free_port()?)
+            }
+            _ => None,
+        };
+        if !valid_name(name) {
+            return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
+        }
+        if ports.contains_key(name) {
+            return Err(format!("server {name:?} declared twice").into());
+        }
+        let master_at = match master {
+            Some(m) => Some(*ports.get(m).ok_or_else(|| {
+                format!("replica {name}: unknown master {m:?} (declare it above)")
+            })?),
+            None => None,
+        };
+        let mut args = Vec::new();
+        if let Some(tls_port) = tls_port {
+            let tls_args = [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cert-file",
+                "${tls_server_cert}",
+                "--tls-key-file",
+                "${tls_server_key}",
+                "--tls-ca-cert-file",
+                "${tls_ca}",
+                "--tls-auth-clients",
+                "optional",
+            ];
+            args.extend(
+                tls_args
+                    .iter()
+                    .map(|a| expand(a, &macros))
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+        }
+        args.extend(
+            raw_args
+                .iter()
+                .map(|a| expand(a, &macros))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let host = bind_of(&args)?;
+        if let Err(e) = start_redis(&dir, name, host, master_at, &args, &mut fx.servers) {
+            return Err(format!("{e}{}", fx.logs()).into());
+        }
+        let srv = fx.servers.last().expect("started server");
+        let (port, pid) = (srv.port, srv.child.id());
+        if master_at.is_some() {
+            if let Err(e) = wait_replica_up(host, port, password_of(&args)) {
+                return Err(format!("replica {name}: {e}{}", fx.logs()).into());
+            }
+        }
+        ports.insert(name.clone(), (host, port));
+        let sock = dir.join(format!("{name}.sock")).display().to_string();
+        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+        macros.push((format!("{name}_host"), host.to_string()));
+        macros.push((
+            format!("{name}_restart"),
+            dir.join(format!("{name}.restart")).display().to_string(),
+        ));
+        macros.push((format!("{name}_port"), port.to_string()));
+        macros.push((format!("{name}_sock"), sock));
+        macros.push((format!("{name}_pid"), pid.to_string()));
+        if let Some(tls_port) = tls_port {
+            macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
+            macros.push((format!("{name}_tls_port"), tls_port.to_string()));
+        }
+    }
+
+    for s in &mut sentinels {
+        s.sentinels = sentinels_of(&directives, &s.master) - 1;
+    }
+    sentinel::wait_ready(&sentinels).map_err(|e| format!("{e}{}", fx.logs()))?;
+
+    // Not -q: at the default verbosity varnishtest prints the whole log of a
+    // failing test (-q prints only its FAILED line).
+    let mut cmd = Command::new("varnishtest");
+    cmd.arg("-t").arg(timeout.to_string());
+    if keep() {
+        cmd.arg("-L");
+    }
+    for (k, v) in &macros {
+        cmd.arg(format!("-D{k}={v}"));
+    }
+    cmd.arg(file);
+    cmd.env("PATH", path_with_sbin());
+    cmd.envs(env);
+    cmd.stdin(Stdio::null());
+    let output = cmd
+        .output()
+        .map_err(|e| format!("run varnishtest (installed? see scripts/deps): {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut raw = String::from_utf8_lossy(&output.stdout).into_owned();
+    raw.push_str(&String::from_utf8_lossy(&output.stderr));
+    let mut text = without_cli_pings(&raw);
+    let steps = steps_summary(&text);
+    if text.len() > MAX_OUTPUT {
+        let mut cut = text.len() - MAX_OUTPUT;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = format!("[... first {cut} bytes cut ...]\n{}", &text[cut..]);
+    }
+    // The steps go last: a CI log viewer that shows only the tail of a long
+    // failure still shows which command hung or failed.
+    Err(format!(
+        "varnishtest {} {}\n{text}{}{steps}",
+        file.display(),
+        describe(output.status),
+        fx.logs()
+    )
+    .into())
+}

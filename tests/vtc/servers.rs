@@ -1,0 +1,338 @@
+//! The servers a vtc file declares: redis-server (plain, TLS, replicas, restartable), Sentinels, and the TLS material.
+use super::*;
+
+/// `#@ sentinel` / `#@ sentinel-tls`: starts the Sentinel (see
+/// tests/support/sentinel.rs), adds its macros (`${NAME_addr}`, `_host`,
+/// `_port`, `_pid`; `_tls_addr`, `_tls_port`) and hands it to the fixture.
+pub(crate) fn start_sentinel(
+    directive: &Directive,
+    directives: &[Directive],
+    dir: &Path,
+    ports: &mut HashMap<String, (Ipv4Addr, u16)>,
+    macros: &mut Vec<(String, String)>,
+    fx: &mut Fixture,
+) -> Result<sentinel::Expected, String> {
+    let Directive::Sentinel {
+        name,
+        master,
+        args,
+        tls,
+    } = directive
+    else {
+        return Err("not a sentinel directive".into());
+    };
+    if !valid_name(name) || ports.contains_key(name) {
+        return Err(format!("sentinel name {name:?}: [a-zA-Z0-9_], unique"));
+    }
+    let at = *ports
+        .get(master)
+        .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
+    let tls_port = if *tls {
+        if !macros.iter().any(|(k, _)| k == "tls_ca") {
+            macros.extend(make_tls_material(dir)?);
+        }
+        Some(support::free_port()?)
+    } else {
+        None
+    };
+    let mut expanded = match tls_port {
+        Some(port) => sentinel::tls_args(port, macros)?,
+        None => Vec::new(),
+    };
+    for arg in args {
+        expanded.push(expand(arg, macros)?);
+    }
+    let password = password_of(&expanded);
+    let started = sentinel::start(dir, name, master, at, &expanded, password.as_deref())
+        .map_err(|e| format!("{e}{}", fx.logs()))?;
+    let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
+    ports.insert(name.clone(), (host, port));
+    macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+    macros.push((format!("{name}_host"), host.to_string()));
+    macros.push((format!("{name}_port"), port.to_string()));
+    macros.push((format!("{name}_pid"), pid.to_string()));
+    if let Some(tls_port) = tls_port {
+        macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));
+        macros.push((format!("{name}_tls_port"), tls_port.to_string()));
+    }
+    fx.servers.push(Server {
+        name: name.clone(),
+        host,
+        port,
+        child: started.child,
+        log: started.log,
+        out: started.out,
+    });
+    Ok(sentinel::Expected {
+        name: name.clone(),
+        port,
+        master: master.clone(),
+        replicas: replicas_of(directives, master),
+        sentinels: 0,
+        password,
+    })
+}
+
+/// How many `#@ replica` of `master` the file declares.
+pub(crate) fn replicas_of(directives: &[Directive], master: &str) -> usize {
+    directives
+        .iter()
+        .filter(|d| matches!(d, Directive::Replica { master: m, .. } if m == master))
+        .count()
+}
+
+/// How many `#@ sentinel` monitor `master`.
+pub(crate) fn sentinels_of(directives: &[Directive], master: &str) -> usize {
+    directives
+        .iter()
+        .filter(|d| matches!(d, Directive::Sentinel { master: m, .. } if m == master))
+        .count()
+}
+
+pub(crate) fn which(prog: &str, fallback: &str) -> String {
+    std::env::split_paths(&path_with_sbin())
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| fallback.to_string())
+}
+
+/// `$PATH` plus the usual system dirs (varnishtest runs `varnishd` from PATH).
+pub(crate) fn path_with_sbin() -> OsString {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for d in [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ] {
+        if !dirs.iter().any(|x| x == Path::new(d)) {
+            dirs.push(d.into());
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+pub(crate) fn password_of(args: &[String]) -> Option<String> {
+    args.iter()
+        .position(|a| a == "--requirepass")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// Writes the test TLS material into `<dir>/tls` and returns its macros
+/// (`tls_ca`, `tls_other_ca`, `tls_server_cert`, ...).
+pub(crate) fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, String> {
+    let tls_dir = dir.join("tls");
+    make_dir(&tls_dir)?;
+    let m = tls_material::write_material(&tls_dir)?;
+    let files = [
+        ("tls_dir", &tls_dir),
+        ("tls_ca", &m.ca),
+        ("tls_other_ca", &m.other_ca),
+        ("tls_server_cert", &m.server_cert),
+        ("tls_server_key", &m.server_key),
+        ("tls_expired_cert", &m.expired_cert),
+        ("tls_expired_key", &m.expired_key),
+        ("tls_client_cert", &m.client_cert),
+        ("tls_client_key", &m.client_key),
+    ];
+    for (_, path) in &files[1..] {
+        // varnishd's workers (and redis) read them under their own users.
+        fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    }
+    Ok(files
+        .iter()
+        .map(|(name, path)| (name.to_string(), path.display().to_string()))
+        .collect())
+}
+
+/// Starts a redis-server, waits for PING and adds it to `servers`. A server
+/// that started but did not come up is added too, so that its log is shown
+/// and it is stopped.
+pub(crate) fn start_redis(
+    dir: &Path,
+    name: &str,
+    host: Ipv4Addr,
+    replicaof: Option<(Ipv4Addr, u16)>,
+    extra: &[String],
+    servers: &mut Vec<Server>,
+) -> Result<(), String> {
+    let sock = dir.join(format!("{name}.sock"));
+    if sock.as_os_str().len() > 100 {
+        return Err(format!("unix socket path too long: {}", sock.display()));
+    }
+    let log = dir.join(format!("{name}.log"));
+    let out = dir.join(format!("{name}.out"));
+    // Own data dir: replicas write the RDB they receive (and cluster nodes
+    // their nodes.conf) there, which another server must not load.
+    let data = dir.join(format!("{name}.data"));
+    make_dir(&data)?;
+    let mut last_err = String::new();
+    for _ in 0..PORT_ATTEMPTS {
+        let port = support::free_port()?;
+        let _ = fs::remove_file(&log);
+        let out_file =
+            fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
+        let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
+        let mut cmd = support::redis_server(port, &data, &log);
+        cmd.args(["--repl-diskless-sync-delay", "0"])
+            .arg("--unixsocket")
+            .arg(&sock)
+            .args(["--unixsocketperm", "777"]);
+        if let Some((master_host, master_port)) = replicaof {
+            cmd.arg("--replicaof")
+                .arg(master_host.to_string())
+                .arg(master_port.to_string());
+        }
+        cmd.args(extra)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out_file)
+            .stderr(err_file);
+        write_restart_script(dir, name, host, port, &cmd)?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))?;
+        let mut srv = Server {
+            name: name.to_string(),
+            host,
+            port,
+            child,
+            log: log.clone(),
+            out: out.clone(),
+        };
+        match wait_ping(&mut srv) {
+            Ok(()) => {
+                servers.push(srv);
+                return Ok(());
+            }
+            Err(e) => {
+                let exited = !matches!(srv.child.try_wait(), Ok(None));
+                let logs =
+                    tail_file(&log, LOG_TAIL_LINES) + "\n" + &tail_file(&out, LOG_TAIL_LINES);
+                if exited && logs.contains("Address already in use") {
+                    last_err = format!("redis {name}: port {port} in use");
+                    continue;
+                }
+                servers.push(srv);
+                return Err(format!("redis {name}: {e}"));
+            }
+        }
+    }
+    Err(format!("{last_err} ({PORT_ATTEMPTS} attempts)"))
+}
+
+pub(crate) fn restarted_pidfile(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.restarted.pid"))
+}
+
+/// `<dir>/NAME.restart`: starts the server again with the same command line
+/// (after a vtc killed it), daemonized with a pid file that the harness
+/// stops it by, and returns once it answers PING (10 s at most).
+pub(crate) fn write_restart_script(
+    dir: &Path,
+    name: &str,
+    host: Ipv4Addr,
+    port: u16,
+    cmd: &Command,
+) -> Result<(), String> {
+    let quote =
+        |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
+    let mut line = quote(cmd.get_program());
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&quote(arg));
+    }
+    let pidfile = restarted_pidfile(dir, name);
+    let script = format!(
+        "#!/bin/bash\ncd {dir} || exit 1\n\
+         # Close what varnishtest leaves open (its output pipe among them): the\n\
+         # daemon would keep it, and the harness would wait for its EOF.\n\
+         for fd in $(ls /proc/$$/fd); do [ \"$fd\" -gt 2 ] && eval \"exec $fd>&-\"; done 2>/dev/null\n\
+         {line} --daemonize yes --pidfile {pidfile} || exit 1\n\
+         for i in $(seq 100); do {cli} -h {host} -p {port} PING >/dev/null 2>&1 && exit 0; sleep 0.1; done\n\
+         echo 'redis {name} not up after restart' >&2; exit 1\n",
+        dir = quote(dir.as_os_str()),
+        pidfile = quote(pidfile.as_os_str()),
+        cli = support::cli_program(),
+    );
+    let path = dir.join(format!("{name}.restart"));
+    support::write_public(&path, &script)?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+pub(crate) fn wait_ping(srv: &mut Server) -> Result<(), String> {
+    let mut last = String::new();
+    let (host, port) = (srv.host, srv.port);
+    let waited = support::wait_ready(
+        &mut srv.child,
+        PING_DEADLINE,
+        Duration::from_millis(50),
+        || match redis_cmd_at(host, port, None, &["PING"]) {
+            Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
+            Ok(r) => {
+                last = format!("PING: {r:?}");
+                false
+            }
+            Err(e) => {
+                last = format!("PING: {e}");
+                false
+            }
+        },
+    );
+    match waited {
+        Waited::Ready => Ok(()),
+        Waited::Exited(status) => Err(format!("redis-server {}", describe(status))),
+        Waited::TimedOut => Err(format!(
+            "not up after {} s on port {port} ({last})",
+            PING_DEADLINE.as_secs()
+        )),
+    }
+}
+
+/// The loopback address a server's ARGs bind it to (the last `--bind`,
+/// first address), 127.0.0.1 by default.
+pub(crate) fn bind_of(args: &[String]) -> Result<Ipv4Addr, String> {
+    let Some(at) = args.iter().rposition(|a| a == "--bind") else {
+        return Ok(Ipv4Addr::LOCALHOST);
+    };
+    let first = args
+        .get(at + 1)
+        .and_then(|value| value.split_whitespace().next())
+        .unwrap_or_default();
+    match first.parse::<Ipv4Addr>() {
+        Ok(ip) if ip.is_loopback() => Ok(ip),
+        _ => Err(format!("--bind {first:?}: only IPv4 loopback addresses")),
+    }
+}
+
+pub(crate) fn wait_replica_up(
+    host: Ipv4Addr,
+    port: u16,
+    password: Option<String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + REPLICA_DEADLINE;
+    let mut last;
+    loop {
+        match redis_cmd_at(host, port, password.as_deref(), &["INFO", "replication"]) {
+            Ok(r) if r.contains("master_link_status:up") => return Ok(()),
+            Ok(r) => last = r,
+            Err(e) => last = e.to_string(),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "master_link_status not up after {} s; last INFO replication:\n{last}",
+                REPLICA_DEADLINE.as_secs()
+            ));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
