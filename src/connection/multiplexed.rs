@@ -246,12 +246,10 @@ impl Multiplexed {
                 return Err(MuxError::Connect(err));
             }
         };
+        // No reply is ever handed to the driver's own slot: replies go to
+        // slots popped from the queue, and a driver's slot is in it until
+        // the driver itself reads its reply.
         loop {
-            if let Some(result) = mine.take() {
-                let mut state = self.state.lock();
-                self.pass_driving(&mut state, Some(conn));
-                return result.map_err(MuxError::Collateral);
-            }
             let batch = {
                 let mut state = self.state.lock();
                 let slots = std::mem::take(&mut state.unsent_slots);
