@@ -234,7 +234,7 @@ fn io_reason(e: &io::Error) -> String {
 mod tls_material;
 
 #[cfg(test)]
-mod testing {
+pub(crate) mod testing {
     use std::path::{Path, PathBuf};
 
     /// The test material in a directory removed on drop.

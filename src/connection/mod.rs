@@ -238,31 +238,43 @@ fn tls_handshake(
     let name = tls
         .server_name(host)
         .ok_or_else(|| format!("TLS: {host:?} is no valid server name (set tls_sni)"))?;
-    let session = tls.session(name).map_err(|e| format!("TLS: {e}"))?;
-    let mut stream = rustls::StreamOwned::new(session, tcp);
-    // Certificate verification needs more stack than a Varnish worker has
-    // (thread_pool_stack, 80 KiB by default; a debug build overflowed it):
-    // the handshake runs on a thread of its own, once per connection.
+    // Building the session (its ClientHello, key shares) and verifying the
+    // server's certificate need more stack than a Varnish worker has
+    // (thread_pool_stack, 80 KiB by default: a debug build overflowed it in
+    // `ClientConnection::new` on a pipelined connect). Both run on a thread
+    // of its own, once per connection; the worker only gets the finished
+    // stream.
     let shaken = std::thread::scope(|scope| {
-        let stream = &mut stream;
         std::thread::Builder::new()
             .name("vredis-tls".into())
             .stack_size(TLS_HANDSHAKE_STACK)
             .spawn_scoped(scope, move || {
-                stream.sock.set_read_timeout(timeout)?;
-                stream.sock.set_write_timeout(timeout)?;
-                while stream.conn.is_handshaking() {
-                    stream.conn.complete_io(&mut stream.sock)?;
-                }
-                Ok(())
+                let session = tls
+                    .session(name)
+                    .map_err(|e| Shake::Setup(format!("TLS: {e}")))?;
+                let mut stream = rustls::StreamOwned::new(session, tcp);
+                let io = (|| {
+                    stream.sock.set_read_timeout(timeout)?;
+                    stream.sock.set_write_timeout(timeout)?;
+                    while stream.conn.is_handshaking() {
+                        stream.conn.complete_io(&mut stream.sock)?;
+                    }
+                    Ok(())
+                })();
+                io.map(|()| stream).map_err(Shake::Io)
             })
-            .map_err(|e| io::Error::other(format!("cannot start the handshake thread: {e}")))?
+            .map_err(|e| {
+                Shake::Io(io::Error::other(format!(
+                    "cannot start the handshake thread: {e}"
+                )))
+            })?
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the handshake thread panicked")))
+            .unwrap_or_else(|_| Err(Shake::Io(io::Error::other("the handshake thread panicked"))))
     });
     match shaken {
-        Ok(()) => Ok(stream),
-        Err(e)
+        Ok(stream) => Ok(stream),
+        Err(Shake::Setup(e)) => Err(e),
+        Err(Shake::Io(e))
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -270,8 +282,15 @@ fn tls_handshake(
         {
             Err("TLS handshake: timeout".into())
         }
-        Err(e) => Err(format!("TLS handshake failed: {e}")),
+        Err(Shake::Io(e)) => Err(format!("TLS handshake failed: {e}")),
     }
+}
+
+/// Why a handshake thread gave no stream.
+enum Shake {
+    /// The session could not be set up (nothing was sent).
+    Setup(String),
+    Io(io::Error),
 }
 
 fn connect_any(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<TcpStream> {

@@ -183,3 +183,60 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
     });
     assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
 }
+
+/// A Varnish worker has `thread_pool_stack` (80 KiB by default), of which
+/// Varnish and the VCL take part. Connecting over TLS from a pipelined
+/// request (the worker drives the connect) and reading a reply that spans
+/// several TLS records must fit in much less, even in a debug build:
+/// building the TLS session on the worker overflowed it once.
+#[test]
+fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
+    use crate::tls::testing::{material, text};
+    use crate::tls::{Tls, TlsArgs};
+
+    let files = material("mux-stack");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let redis = RedisProcess::start(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        text(&files.server_cert),
+        "--tls-key-file",
+        text(&files.server_key),
+        "--tls-ca-cert-file",
+        text(&files.ca),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let tls = Tls::load(&TlsArgs {
+        cafile: text(&files.ca),
+        capath: "",
+        certfile: "",
+        keyfile: "",
+        sni: "",
+    })
+    .expect("TLS material");
+    let location = format!("127.0.0.1:{port}").parse().expect("location");
+    let connector = Connector::new(&location, None, None, Protocol::Default, None, Some(tls))
+        .expect("connector");
+    let mux = Multiplexed::default();
+    let value = "0123456789abcdef".repeat(1024);
+    let reply = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(40 * 1024)
+            .spawn_scoped(scope, || {
+                let deadline = Some(Instant::now() + Duration::from_secs(10));
+                run(&mux, &connector, &["SET", "big", &value], deadline)?;
+                run(&mux, &connector, &["GET", "big"], deadline)
+            })
+            .expect("a worker thread")
+            .join()
+            .expect("the worker did not panic")
+    });
+    assert_eq!(reply.ok(), Some(Reply::String(value.into_bytes())));
+    drop(redis);
+}
