@@ -19,14 +19,12 @@
 //! r1 r2`: `${NAME_N_addr}`, `${NAME_N_port}`, `${NAME_N_id}` (the
 //! cluster node id), `${NAME_N_pid}`, `${NAME_N_restart}` (as for
 //! `#@ redis`; the node comes back with its `nodes.conf`).
-use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{cli_program, redis_cmd};
-use crate::{start_redis, Server};
 
 /// How long the six nodes may take to form the cluster.
 const FORM_DEADLINE: Duration = Duration::from_secs(30);
@@ -114,13 +112,17 @@ fn slots_list_everything(port: u16) -> Result<(), String> {
     }
 }
 
-/// Starts and forms the cluster `name`; its nodes go into `servers` (the
-/// harness stops them by PID), and its macros are returned.
-pub(crate) fn start(
+/// Starts a node: its name and its arguments in, its port and PID out.
+/// The caller owns the process (and stops it by PID).
+pub type StartNode<'a> = dyn FnMut(&str, &[String]) -> Result<(u16, u32), String> + 'a;
+
+/// Starts and forms the cluster `name` on 127.0.0.1, each node started by
+/// `start_node`; returns its macros (see the module's documentation).
+pub fn start(
     dir: &Path,
     name: &str,
     extra: &[String],
-    servers: &mut Vec<Server>,
+    start_node: &mut StartNode<'_>,
 ) -> Result<Vec<(String, String)>, String> {
     let mut args: Vec<String> = [
         "--cluster-enabled",
@@ -141,10 +143,11 @@ pub(crate) fn start(
     args.extend(extra.iter().cloned());
     let names = node_names(name);
     let mut ports = Vec::new();
+    let mut pids = Vec::new();
     let mut ids = Vec::new();
     for (epoch, node) in names.iter().enumerate() {
-        start_redis(dir, node, Ipv4Addr::LOCALHOST, None, &args, servers)?;
-        let port = servers.last().expect("started node").port;
+        let (port, pid) = start_node(node, &args)?;
+        pids.push(pid);
         // Distinct epochs before the nodes meet, as redis-cli does, so
         // that no collision has to be resolved first.
         ask(
@@ -192,12 +195,11 @@ pub(crate) fn start(
         })?;
     }
     let mut macros = vec![(format!("{name}_seed"), format!("127.0.0.1:{}", ports[0]))];
-    let started = &servers[servers.len() - names.len()..];
-    for ((node, port), (id, server)) in names.iter().zip(&ports).zip(ids.iter().zip(started)) {
+    for ((node, port), (id, pid)) in names.iter().zip(&ports).zip(ids.iter().zip(&pids)) {
         macros.push((format!("{node}_addr"), format!("127.0.0.1:{port}")));
         macros.push((format!("{node}_port"), port.to_string()));
         macros.push((format!("{node}_id"), id.clone()));
-        macros.push((format!("{node}_pid"), server.child.id().to_string()));
+        macros.push((format!("{node}_pid"), pid.to_string()));
         macros.push((
             format!("{node}_restart"),
             dir.join(format!("{node}.restart")).display().to_string(),

@@ -309,7 +309,13 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 if !valid_name(name) {
                     return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
                 }
-                match cluster::start(&dir, name, args, &mut fx.servers) {
+                let servers = &mut fx.servers;
+                let mut start_node = |node: &str, node_args: &[String]| {
+                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, node_args, servers)?;
+                    let server = servers.last().expect("started node");
+                    Ok((server.port, server.child.id()))
+                };
+                match cluster::start(&dir, name, args, &mut start_node) {
                     Ok(cluster_macros) => macros.extend(cluster_macros),
                     Err(e) => return Err(format!("{e}{}", fx.logs()).into()),
                 }
