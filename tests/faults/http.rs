@@ -96,6 +96,10 @@ pub(crate) const COUNTERS: &[&str] = &[
     "commands.retried",
     "commands.error",
     "commands.noscript",
+    "cluster.discoveries.total",
+    "cluster.discoveries.failed",
+    "cluster.replies.moved",
+    "cluster.replies.ask",
 ];
 
 pub(crate) struct Counters(HashMap<&'static str, u64>);

@@ -57,6 +57,33 @@
 //!   to the new master, no leak (sockets to all three servers against
 //!   their clients other than Sentinels and replication links), counters
 //!   reconcile, and the lone client's write is on the new master.
+//! * `s9.cluster-failover.{private,shared}`: a Redis Cluster of 3 masters
+//!   x 1 replica (`tests/support/cluster.rs`, `cluster-node-timeout`
+//!   1000 ms), the database `type = cluster` seeded with m0, both timeouts
+//!   200 ms, 1 retry; 20 clients of SET / GET / EVAL on keys `{tag}c<n>`,
+//!   3 tags per master; m0 SIGKILLed at 2 s, the load stopped 4 s after
+//!   r0 is promoted and every live node says `cluster_state:ok`: r0
+//!   promoted within 10 s, every request within `command_bound`, m0's
+//!   slots fall back while it is down and every request for them is
+//!   replied from 3 s after the promotion on (the figures say how soon
+//!   they resume), m1's and m2's slots never fall back and get error
+//!   replies only while the cluster is down (`CLUSTERDOWN`, give or take
+//!   the test's 0.5 s polling), discoveries between 2 and one a second of
+//!   failures, no socket left to m0, connections to r0, no leak against
+//!   the five live nodes, and the counters reconcile with the clients
+//!   and with the `CLUSTERDOWN` the nodes sent (`INFO errorstats`: each
+//!   one retried or the reply).
+//! * `s10.cluster-resharding.{private,shared}`: the same cluster and load
+//!   (6 tags in slots 0-99, 2 elsewhere on m0, 2 on m1, 2 on m2); slots
+//!   0-99 moved from m0 to m1 at 2 s as `redis-cli --cluster reshard`
+//!   does it (`SETSLOT IMPORTING` / `MIGRATING`, `GETKEYSINSLOT` and
+//!   `MIGRATE ... KEYS` by 10, `SETSLOT NODE` on m1, m0, m2), the load
+//!   stopped 3 s later: every request replied (no fallback, no error)
+//!   within `command_bound`, MOVED and ASK counted (ASK as many as the
+//!   `ASKING` m1 got), at most 1 + 2 discoveries per moved slot the load
+//!   uses, no leak against the six nodes, counters reconcile; afterwards
+//!   every master gives the slots to m1, which holds the load's keys
+//!   there and serves a GET of them with no MOVED.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private and a shared database
 //!   while 16 clients run: threads, fds and Redis connections do not grow,
@@ -86,6 +113,11 @@
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 
+#[path = "../support/cluster.rs"]
+mod cluster;
+mod cluster_failover;
+mod cluster_resharding;
+mod cluster_trial;
 mod freeze;
 mod http;
 mod kill_restart;
@@ -97,6 +129,7 @@ mod redis;
 #[path = "../support/sentinel.rs"]
 mod sentinel;
 mod sentinel_failover;
+mod servers;
 mod setup;
 mod soak;
 #[path = "../support/mod.rs"]
@@ -105,6 +138,9 @@ mod varnish;
 mod vcl;
 mod vcl_churn;
 
+use cluster_failover::*;
+use cluster_resharding::*;
+use cluster_trial::*;
 use freeze::*;
 use http::*;
 use kill_restart::*;
@@ -114,6 +150,7 @@ use pool_exhaustion::*;
 use procs::*;
 use redis::*;
 use sentinel_failover::*;
+use servers::*;
 use setup::*;
 use soak::*;
 use std::collections::HashMap;
@@ -128,7 +165,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 use support::{
     cleanup_all, find_cache_child, make_dir, proc_status, redis_cmd, register_pid, signal,
-    stop_child, tail_file, unregister_pid, wait_ready, write_public, Res, Varnishd, Waited,
+    stop_child, tail_file, unregister_pid, wait_ready, write_public, RedisConn, Res, Varnishd,
+    Waited,
 };
 use varnish::*;
 use vcl::*;
@@ -176,6 +214,18 @@ fn main() {
         trials.push(Trial::test(
             format!("s8.sentinel-failover.{}", mode.name()),
             move || s8_sentinel_failover(mode),
+        ));
+    }
+    for mode in [Mode::Private, Mode::Shared] {
+        trials.push(Trial::test(
+            format!("s9.cluster-failover.{}", mode.name()),
+            move || s9_cluster_failover(mode),
+        ));
+    }
+    for mode in [Mode::Private, Mode::Shared] {
+        trials.push(Trial::test(
+            format!("s10.cluster-resharding.{}", mode.name()),
+            move || s10_cluster_resharding(mode),
         ));
     }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));

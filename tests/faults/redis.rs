@@ -15,11 +15,18 @@ pub(crate) struct Redis {
     pub(crate) port: u16,
     pub(crate) child: Option<Child>,
     pub(crate) pid: i32,
+    /// Given to redis-server after the suite's own options.
+    pub(crate) args: Vec<String>,
 }
 
 impl Redis {
     /// Starts on a free port (tries a few).
     pub(crate) fn start(dir: &Path) -> Res<Redis> {
+        Redis::start_with(dir, &[])
+    }
+
+    /// [`Redis::start`] with more redis-server options.
+    pub(crate) fn start_with(dir: &Path, args: &[String]) -> Res<Redis> {
         let mut last = String::new();
         for _ in 0..5 {
             let mut redis = Redis {
@@ -27,6 +34,7 @@ impl Redis {
                 port: support::free_port()?,
                 child: None,
                 pid: 0,
+                args: args.to_vec(),
             };
             match redis.spawn() {
                 Ok(()) => return Ok(redis),
@@ -46,6 +54,7 @@ impl Redis {
         make_dir(&data)?;
         let mut cmd = support::redis_server(self.port, &data, &self.log());
         cmd.args(["--enable-debug-command", "yes"])
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

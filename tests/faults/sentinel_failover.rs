@@ -50,71 +50,6 @@ impl Sentinels {
     }
 }
 
-/// Clients of a Redis server other than Sentinels, replication links and
-/// this probe (`CLIENT LIST`).
-fn plain_clients(port: u16) -> Option<u64> {
-    let list = redis_cmd(port, None, &["CLIENT", "LIST"]).ok()?;
-    Some(
-        list.lines()
-            .filter(|l| l.contains("id="))
-            .filter(|l| !l.contains("name=sentinel-") && !l.contains("cmd=client|list"))
-            .filter(|l| {
-                let flags = l
-                    .split_whitespace()
-                    .find_map(|f| f.strip_prefix("flags="))
-                    .unwrap_or("");
-                !flags.contains('S') && !flags.contains('M')
-            })
-            .count() as u64,
-    )
-}
-
-/// The child against every Redis server: sockets to them all, and their
-/// plain clients.
-fn snapshot_all(varnish: &Varnish, ports: &[u16]) -> Snapshot {
-    let mut snap = Snapshot::take(varnish.varnishd.child_pid, ports[0]);
-    snap.redis_fds = 0;
-    let mut clients = Some(0);
-    for &port in ports {
-        snap.redis_fds += tcp_inodes_count(varnish.varnishd.child_pid, port);
-        clients = clients.zip(plain_clients(port)).map(|(a, b)| a + b);
-    }
-    snap.redis_clients = clients;
-    snap
-}
-
-/// Sockets of the child connected to `port`.
-fn tcp_inodes_count(pid: i32, port: u16) -> usize {
-    let inodes = tcp_inodes_to(pid, port);
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter(|e| {
-            let target = fs::read_link(e.path()).unwrap_or_default();
-            target
-                .to_string_lossy()
-                .strip_prefix("socket:[")
-                .and_then(|r| r.strip_suffix(']'))
-                .and_then(|i| i.parse::<u64>().ok())
-                .is_some_and(|i| inodes.contains(&i))
-        })
-        .count()
-}
-
-/// Waits (3 s at most) for the child's sockets and the servers' clients to
-/// agree.
-fn settled_all(varnish: &Varnish, ports: &[u16]) -> Snapshot {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let snap = snapshot_all(varnish, ports);
-        if snap.redis_clients == Some(snap.redis_fds as u64) || Instant::now() >= deadline {
-            return snap;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
 pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     let name = format!("s8-{}", mode.name());
     let db = DbSpec::new("db", mode);
@@ -290,24 +225,12 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
         last_bad_end.map_or("never".into(), |t| ms(t - switched)),
         ms(RECOVER_WITHIN)
     ));
-    if let Some(w) = report.samples.iter().max_by_key(|x| x.latency_us) {
-        s.say(format!(
-            "worst request: {} ms, sent at {:.2} s (bound {} ms)",
-            w.latency_us / 1000,
-            w.start_us as f64 / 1e6,
-            db.command_bound().as_millis()
-        ));
-    }
+    s.say_worst(&report, db.command_bound());
     s.say(format!("counters: {counters}"));
     s.say(format!("child before the failover: {before}"));
     s.say(format!("child after: {after}"));
 
-    if all.http + all.io + all.hung > 0 {
-        s.failures.push(format!(
-            "requests not answered with a 200: other status {}, io errors {}, hung {}",
-            all.http, all.io, all.hung
-        ));
-    }
+    check_status(&all, &mut s.failures);
     check_worst(&all, db.command_bound(), "", &mut s.failures);
     s.check(pre.requests > 0 && pre.ok == pre.requests, || {
         format!("not every write replied before the failover: {pre}")
@@ -334,20 +257,7 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
             )
         },
     );
-    s.check_threads_fds(&idle, &after, "");
-    let bound = connection_bound(&db) * ports.len();
-    s.check(after.redis_fds <= bound, || {
-        format!(
-            "child holds {} Redis connections, bound {bound}",
-            after.redis_fds
-        )
-    });
-    s.check(after.redis_clients == Some(after.redis_fds as u64), || {
-        format!(
-            "the servers see {:?} clients, the child holds {} sockets to them",
-            after.redis_clients, after.redis_fds
-        )
-    });
+    s.check_leaks(&after, connection_bound(&db) * ports.len());
     s.check_lone_client("db")?;
     // The lone client's write is on the master the Sentinels name now.
     if let Some(p) = new_port {

@@ -126,6 +126,18 @@ impl Setup {
         println!("[{}] {}", self.name, line.as_ref());
     }
 
+    /// Says which request was the slowest, against `bound`.
+    pub(crate) fn say_worst(&self, report: &Report, bound: Duration) {
+        if let Some(w) = report.samples.iter().max_by_key(|x| x.latency_us) {
+            self.say(format!(
+                "worst request: {} ms, sent at {:.2} s (bound {} ms)",
+                w.latency_us / 1000,
+                w.start_us as f64 / 1e6,
+                bound.as_millis()
+            ));
+        }
+    }
+
     pub(crate) fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
         if !ok {
             self.failures.push(what());

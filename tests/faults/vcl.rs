@@ -32,6 +32,8 @@ pub(crate) struct DbSpec {
     pub(crate) command_timeout: u32,
     pub(crate) retries: u32,
     pub(crate) sickness_ttl: u32,
+    /// `type = cluster`, the trial's Redis as the seed.
+    pub(crate) cluster: bool,
 }
 
 impl DbSpec {
@@ -44,6 +46,7 @@ impl DbSpec {
             command_timeout: 500,
             retries: 0,
             sickness_ttl: 1,
+            cluster: false,
         }
     }
 
@@ -64,8 +67,9 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = master,\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{});\n",
             db.name,
+            if db.cluster { "cluster" } else { "master" },
             db.mode.shared(),
             db.max_connections,
             db.connection_timeout,

@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{cli_program, redis_cmd};
+use crate::support::{cli_program, RedisConn};
 
 /// How long the six nodes may take to form the cluster.
 const FORM_DEADLINE: Duration = Duration::from_secs(30);
@@ -43,12 +43,10 @@ fn node_names(name: &str) -> Vec<String> {
 }
 
 /// One request to a node on 127.0.0.1; an error reply is an error.
-fn ask(port: u16, args: &[&str]) -> Result<String, String> {
-    match redis_cmd(port, None, args) {
-        Ok(reply) if reply.starts_with('-') => Err(format!("{}: {reply}", args.join(" "))),
-        Ok(reply) => Ok(reply),
-        Err(e) => Err(format!("{}: {e}", args.join(" "))),
-    }
+pub fn ask(port: u16, args: &[&str]) -> Result<String, String> {
+    RedisConn::open(port)
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?
+        .ok(args)
 }
 
 /// Polls `ready` until it says yes or `deadline`; `what` names the wait in

@@ -526,24 +526,59 @@ pub fn redis_cmd_at(
     password: Option<&str>,
     args: &[&str],
 ) -> io::Result<String> {
-    let addr = SocketAddr::from((host, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut buf = Vec::new();
+    let mut conn = RedisConn::open_at(host, port)?;
     if let Some(pw) = password {
-        encode(&mut buf, &["AUTH", pw]);
-    }
-    encode(&mut buf, args);
-    stream.write_all(&buf)?;
-    let mut reader = BufReader::new(stream);
-    if password.is_some() {
-        let auth = read_reply(&mut reader)?;
+        let auth = conn.cmd(&["AUTH", pw])?;
         if auth.starts_with('-') {
             return Ok(auth);
         }
     }
-    read_reply(&mut reader)
+    conn.cmd(args)
+}
+
+/// A connection kept for many commands (a resharding sends hundreds):
+/// 500 ms to connect, 2 s per read and write.
+pub struct RedisConn(BufReader<TcpStream>);
+
+impl RedisConn {
+    pub fn open(port: u16) -> io::Result<RedisConn> {
+        RedisConn::open_at(Ipv4Addr::LOCALHOST, port)
+    }
+
+    pub fn open_at(host: Ipv4Addr, port: u16) -> io::Result<RedisConn> {
+        let addr = SocketAddr::from((host, port));
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        Ok(RedisConn(BufReader::new(stream)))
+    }
+
+    /// One command: its reply's line, or a bulk string's content.
+    pub fn cmd(&mut self, args: &[&str]) -> io::Result<String> {
+        let mut buf = Vec::new();
+        encode(&mut buf, args);
+        self.0.get_mut().write_all(&buf)?;
+        read_reply(&mut self.0)
+    }
+
+    /// [`RedisConn::cmd`] where an error reply is an error.
+    pub fn ok(&mut self, args: &[&str]) -> Res<String> {
+        match self.cmd(args) {
+            Ok(reply) if reply.starts_with('-') => Err(format!("{}: {reply}", args.join(" "))),
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(format!("{}: {e}", args.join(" "))),
+        }
+    }
+
+    /// One command whose reply is an array of bulk strings.
+    pub fn cmd_array(&mut self, args: &[&str]) -> io::Result<Vec<String>> {
+        let head = self.cmd(args)?;
+        let len: usize = head
+            .strip_prefix('*')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, head))?;
+        (0..len).map(|_| read_reply(&mut self.0)).collect()
+    }
 }
 
 fn encode(buf: &mut Vec<u8>, args: &[&str]) {
