@@ -239,12 +239,21 @@ pub(crate) fn load_until(
     let load = Load::start(LoadSpec {
         port: s.varnish.port,
         clients,
-        duration: Duration::from_secs(30),
+        // A cap: the trial stops it a few seconds after the fault, which
+        // once came 17 s late on a busy machine.
+        duration: Duration::from_secs(60),
         paths: tag_paths(tags),
         deadline: Duration::from_secs(5),
     });
     load.sleep_until(at - 0.3);
+    let reading = Instant::now();
     let before = snapshot_all(&s.varnish, ports);
+    if reading.elapsed() > Duration::from_secs(1) {
+        s.say(format!(
+            "reading the child and the nodes took {} ms",
+            reading.elapsed().as_millis()
+        ));
+    }
     load.sleep_until(at);
     let now = load.at();
     (load, before, now)
