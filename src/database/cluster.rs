@@ -12,6 +12,8 @@ use super::{Database, Note};
 use crate::cluster::{command_key, is_script, key_slot, redirection, Redirection};
 use crate::command::Command;
 use crate::config::Role;
+use crate::connection::resp::ProtocolError;
+use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
@@ -20,6 +22,8 @@ use crate::session::Effect;
 use crate::stats::Counter;
 use crate::topology::Topology;
 
+/// The `READONLY` request, packed: a replica serves the reads of a
+/// connection that sent it, and redirects them otherwise.
 const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
@@ -184,7 +188,13 @@ impl Database {
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<(Reply, Lease<'a>)> {
-        let mut lease = self.lease(server, command, deadline)?;
+        // With [ext] `pipelining=true`, `ASKING` and its command take an
+        // ordinary pooled connection: on a multiplexed one another
+        // worker's command could be written between them, and the
+        // `ASKING` would let that one in instead. `ASK` only comes during
+        // a migration, rarely enough not to be worth a way to queue two
+        // requests as one in the multiplexer.
+        let mut lease = self.lease(server, command, !asking, deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
             self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
@@ -201,6 +211,35 @@ impl Database {
             self.send(&mut lease, server, command, timeout, deadline, false)?
         };
         Ok((reply, lease))
+    }
+}
+
+impl Database {
+    /// `conn`, about to carry multiplexed requests to `server`, after a
+    /// `READONLY` on it first if the server is a cluster replica and the
+    /// connection has not had one: every read multiplexed on it then finds
+    /// the mode on, whichever worker sends it. Runs on the worker that
+    /// drives the connection while nothing is in flight on it. As in
+    /// `cluster_attempt`, the reply to `READONLY` is not looked at; a
+    /// failure drops the connection (counted) and fails the request.
+    pub(super) fn readonly_if_replica(
+        &self,
+        server: &Server,
+        mut conn: Connection,
+        timeout: Option<Duration>,
+    ) -> Result<Connection> {
+        if self.cluster.is_none() || server.role() != Role::Slave || conn.readonly_sent() {
+            return Ok(conn);
+        }
+        conn.set_readonly_sent();
+        match conn.request(READONLY, timeout) {
+            Ok(_) if !conn.is_broken() => Ok(conn),
+            Ok(_) => {
+                let stray = ProtocolError::Malformed("bytes after the READONLY reply");
+                Err(self.failed(server, Failure::Protocol(stray), false, timeout))
+            }
+            Err(failure) => Err(self.failed(server, failure, false, timeout)),
+        }
     }
 }
 
