@@ -290,13 +290,77 @@ mod tests {
     use crate::config::{Location, Protocol};
     use crate::connection::Connector;
     use crate::server::Health;
+    use crate::stats::Stats;
 
     fn server(id: u32, port: u16, role: Role) -> Arc<Server> {
-        let location: Location = format!("127.0.0.1:{port}").parse().unwrap();
+        server_at(id, &format!("127.0.0.1:{port}"), role)
+    }
+
+    fn server_at(id: u32, location: &str, role: Role) -> Arc<Server> {
+        let location: Location = location.parse().unwrap();
         let connector =
             Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
         let health = Arc::new(Health::new(Duration::from_secs(60)));
         Arc::new(Server::new(id, connector, role, health, 0, None))
+    }
+
+    /// `READONLY` on a multiplexed connection: to a cluster replica only,
+    /// once per connection, and the connection comes back usable.
+    #[test]
+    fn readonly_goes_on_a_cluster_replica_connection_once() {
+        use crate::config::{DbArgs, DbConfig};
+        use crate::testing::RedisProcess;
+
+        // A cluster node (no slots needed for READONLY) whose bus port is
+        // free: the default, its port + 10000, is not with `--port 0`.
+        let bus = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+            .to_string();
+        let redis = RedisProcess::start(&["--cluster-enabled", "yes", "--cluster-port", &bus]);
+        let config = |role| {
+            DbConfig::from_args(&DbArgs {
+                role,
+                ..DbArgs::default()
+            })
+            .expect("valid config")
+        };
+        let cluster = Database::new("c", config("cluster")).expect("database");
+        let standalone = Database::new("s", config("master")).expect("database");
+        let readonly_calls = || {
+            let stats = redis.cli(&["INFO", "commandstats"]);
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_readonly:calls="))
+                .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        };
+        let timeout = Some(Duration::from_secs(5));
+        let replica = server_at(0, &redis.location(), Role::Slave);
+        let master = server_at(1, &redis.location(), Role::Master);
+        let connect = |server: &Server| server.connector.connect(&Stats::default()).unwrap();
+        let prepared = |db: &Database, server: &Server| {
+            db.readonly_if_replica(server, connect(server), timeout)
+                .unwrap()
+        };
+
+        let conn = prepared(&cluster, &replica);
+        assert!(conn.readonly_sent());
+        assert_eq!(readonly_calls(), 1);
+        let mut conn = cluster
+            .readonly_if_replica(&replica, conn, timeout)
+            .unwrap();
+        assert_eq!(readonly_calls(), 1, "not twice on one connection");
+        let ping = conn.request(b"*1\r\n$4\r\nPING\r\n", timeout).unwrap();
+        assert_eq!(ping, Reply::Status("PONG".into()));
+
+        assert!(!prepared(&cluster, &master).readonly_sent());
+        assert!(!prepared(&standalone, &replica).readonly_sent());
+        assert_eq!(
+            readonly_calls(),
+            1,
+            "none to a master, none outside a cluster"
+        );
     }
 
     /// Two shards: slots 0-8191 on 7000 (replica 7002), the rest on 7001
