@@ -298,6 +298,7 @@ impl Database {
                     sick: server.health.is_sick(now),
                     connections_open: u64::from(open),
                     connections_idle: u64::from(idle),
+                    commands_in_flight: server.commands_in_flight() as u64,
                 }
             })
             .collect();
