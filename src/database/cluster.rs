@@ -212,9 +212,7 @@ impl Database {
         };
         Ok((reply, lease))
     }
-}
 
-impl Database {
     /// `conn`, about to carry multiplexed requests to `server`, after a
     /// `READONLY` on it first if the server is a cluster replica and the
     /// connection has not had one: every read multiplexed on it then finds
