@@ -145,21 +145,13 @@ impl Database {
                     Arc::new(Health::new(self.config.sickness_ttl)),
                 ),
             };
-            let pool = self.config.shared_connections.then(|| {
-                let location = connector.location().to_string();
-                Arc::new(if self.config.pipelining {
-                    SharedPool::pipelined(location, self.config.max_connections)
-                } else {
-                    SharedPool::new(location, self.config.max_connections)
-                })
-            });
             let server = Arc::new(Server::new(
                 id,
                 connector.clone(),
                 role,
                 health,
                 self.subnets.weight(location),
-                pool,
+                self.pool(&connector),
             ));
             let mut servers = current.servers.clone();
             match servers.iter().position(|s| s.id == id) {
@@ -233,6 +225,20 @@ impl Database {
             self.config.connection_timeout,
             self.config.tls.clone(),
         )
+    }
+
+    /// The shared pool of a new server (`None` in private mode): with
+    /// [ext] `pipelining=true`, its own multiplexed connections, also for
+    /// each node of a cluster.
+    pub(crate) fn pool(&self, connector: &Connector) -> Option<Arc<SharedPool>> {
+        self.config.shared_connections.then(|| {
+            let location = connector.location().to_string();
+            Arc::new(if self.config.pipelining {
+                SharedPool::pipelined(location, self.config.max_connections)
+            } else {
+                SharedPool::new(location, self.config.max_connections)
+            })
+        })
     }
 
     /// The servers as they are now.
