@@ -57,7 +57,7 @@
 //!   to the new master, no leak (sockets to all three servers against
 //!   their clients other than Sentinels and replication links), counters
 //!   reconcile, and the lone client's write is on the new master.
-//! * `s9.cluster-failover.{private,shared}`: a Redis Cluster of 3 masters
+//! * `s9.cluster-failover.{private,shared,pipelined}`: a Redis Cluster of 3 masters
 //!   x 1 replica (`tests/support/cluster.rs`, `cluster-node-timeout`
 //!   1000 ms), the database `type = cluster` seeded with m0, both timeouts
 //!   200 ms, 1 retry; 20 clients of SET / GET / EVAL on keys `{tag}c<n>`,
@@ -73,7 +73,7 @@
 //!   the five live nodes, and the counters reconcile with the clients
 //!   and with the `CLUSTERDOWN` the nodes sent (`INFO errorstats`: each
 //!   one retried or the reply).
-//! * `s10.cluster-resharding.{private,shared}`: the same cluster and load
+//! * `s10.cluster-resharding.{private,shared,pipelined}`: the same cluster and load
 //!   (6 tags in slots 0-99, 2 elsewhere on m0, 2 on m1, 2 on m2); slots
 //!   0-99 moved from m0 to m1 at 2 s as `redis-cli --cluster reshard`
 //!   does it (`SETSLOT IMPORTING` / `MIGRATING`, `GETKEYSINSLOT` and
@@ -216,13 +216,13 @@ fn main() {
             move || s8_sentinel_failover(mode),
         ));
     }
-    for mode in [Mode::Private, Mode::Shared] {
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
             format!("s9.cluster-failover.{}", mode.name()),
             move || s9_cluster_failover(mode),
         ));
     }
-    for mode in [Mode::Private, Mode::Shared] {
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
             format!("s10.cluster-resharding.{}", mode.name()),
             move || s10_cluster_resharding(mode),
