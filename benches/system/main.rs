@@ -5,22 +5,30 @@
 //! cargo bench --bench system                 # full run (about 25 minutes)
 //! cargo bench --bench system -- --quick      # development run (about 9 minutes)
 //! cargo bench --bench system -- --only s1    # a subset: s1, s2, s3 (comma-separated)
+//! cargo bench --bench system -- --only s2 --s2-cluster --s2-columns private,10,1
+//! cargo bench --bench system -- --only s2 --s2-conns 1 --s2-columns 1,p1 --pin
 //! cargo bench --bench system -- --help       # every option
 //! ```
 //!
 //! It installs nothing: it first checks for varnishd, varnishstat, the
 //! `varnish-redis` package, redis-server, redis-benchmark, wrk (and ab when
-//! `--s1-client ab`), and prints the `apt-get install` line for what is
-//! missing. Then it
+//! `--s1-client ab`) and taskset (with `--pin`), and prints the
+//! `apt-get install` line for what is missing. Then it
 //! 1. builds ours with `cargo build --release --lib` and copies the .so into
 //!    a fresh 0755 directory under `$TMPDIR` (varnishd drops privileges);
 //! 2. starts one `redis-server --save "" --appendonly no` on a free loopback
-//!    port and a UNIX socket;
+//!    port and a UNIX socket (and, when S3 runs, a TLS port: a CA and a
+//!    certificate for 127.0.0.1 written into the temporary directory by
+//!    tests/support/tls_material.rs, `--tls-auth-clients no`); with
+//!    `--s2-cluster`, S2 runs against a Redis Cluster of 3 masters x 1
+//!    replica instead (tests/support/cluster.rs), started for S2 and
+//!    stopped after it;
 //! 3. per configuration, starts `varnishd -F -a 127.0.0.1:<free port> -n
 //!    <tmpdir> -f <vcl>` (all `-p` parameters at their defaults) loading ours
 //!    (`import redis from "<abs path>";`), loads it with wrk, stops it, then
 //!    the same with the C VMOD (`import redis;`): ours, theirs, ours,
-//!    theirs... so that machine drift hits both alike;
+//!    theirs... so that machine drift hits both alike (theirs is left out,
+//!    "n/a", where it cannot run: TLS);
 //! 4. writes `benches/results/<date>-<host>.md` (`-quick.md` with `--quick`,
 //!    `-custom.md` with any other option)
 //!    with the machine, versions, exact commands, every figure and the
@@ -48,9 +56,25 @@
 //!   {1000, 400, 100, 25, 10, 4, 2, 1}. Reports req/s, non-2xx, MAIN.threads
 //!   and Redis `connected_clients` sampled mid-run, Redis
 //!   `total_connections_received` delta, `workers.blocked` from `db.stats()`,
-//!   the child's RSS after the run and its CPU per request.
+//!   the child's RSS after the run and its CPU per request, and Redis CPU per
+//!   command (`INFO cpu` used_cpu_sys + used_cpu_user over `INFO stats`
+//!   total_commands_processed, deltas over the measured run, the harness's
+//!   own INFO commands subtracted).
+//!   With `--s2-cluster`: both VMODs with `type=cluster` on the cluster's
+//!   seed, the seed's keys made per request (`"foo" + req.xid`, `"bar" +
+//!   req.xid`) so that the load spreads over the masters (FLUSHALL before
+//!   each varnishd), the commands per master reported; `pN` columns are
+//!   refused (ours does not pipeline with `type=cluster`).
 //! * S3 (seed 003, connections): the S2 load on private and shared(10), TCP
-//!   vs UNIX socket location, `connection_ttl` 0 vs 1 s.
+//!   vs UNIX socket location, `connection_ttl` 0 vs 1 s; and ours over TLS
+//!   (ttl 0; the C VMOD of Debian 12 has no TLS), set against ours over TCP:
+//!   req/s, and the connections Redis received against the commands it ran
+//!   (pooled connections: no handshake per command).
+//!
+//! `--pin` puts varnishd (manager and child, every thread: `taskset -a -c
+//! -p 0` after start) on CPU 0 and redis-server(s) and wrk (started under
+//! `taskset -c 1`) on CPU 1, so that one-client runs do not depend on where
+//! the scheduler puts the processes; the report says whether it was on.
 //!
 //! Environment: `TMPDIR` (where the temporary directory goes),
 //! `CARGO` (the cargo that builds the .so; set by `cargo bench`).

@@ -69,7 +69,8 @@ fn per_master_table(r: &mut String, rows: &[Row]) {
     let _ = writeln!(
         r,
         "Commands per master during the measured run (Redis `total_commands_processed` \
-         delta, the harness's INFO subtracted), and per request:\n"
+         delta, the harness's INFO subtracted), and per request (5 expected: SET, GET, EVAL, \
+         and the script's SET and EXPIRE, which Redis counts too):\n"
     );
     let _ = writeln!(r, "| column | VMOD | m0 | m1 | m2 | commands / request |");
     let _ = writeln!(r, "|---|---|---:|---:|---:|---:|");
@@ -123,7 +124,8 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
          delta of Redis `total_connections_received` over the measured run; workers.blocked is read from \
          `db.stats()` before and after the measured run (the delta); RSS is the varnishd child's VmRSS after the run; \
          Redis CPU µs/cmd is the delta of Redis `used_cpu_sys + used_cpu_user` over the delta of \
-         `total_commands_processed` (the harness's own INFO commands subtracted).\n",
+         `total_commands_processed` (the harness's own INFO commands subtracted; the script's \
+         SET and EXPIRE count as commands too: 5 per request).\n",
         o.s2_threads, o.s2_conns, o.s2_secs, o.s2_warm
     );
     let _ = writeln!(r, "![S2 plot]({svg_name})\n");
