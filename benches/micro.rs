@@ -20,7 +20,9 @@
 //!   write, reads until `resp::scan` sees the whole reply): the floor;
 //!   `roundtrip/connection_request_get` the same through `Connection::request`;
 //!   `roundtrip/database_execute_get_*` through `Database::execute` (command
-//!   build, connection checkout, reply, counters). The differences are the
+//!   build, connection checkout, reply, counters) with private, shared and
+//!   [ext] pipelined connections (one worker: what the multiplexer costs a
+//!   lone worker). The differences are the
 //!   VMOD's own cost per command outside varnishd.
 //!   Without redis-server these are skipped with a note.
 //!
@@ -217,12 +219,25 @@ fn connector(sock: &Path) -> Connector {
     .expect("connector")
 }
 
-fn database(sock: &Path, shared: bool) -> Database {
+/// How the benchmarked database keeps its connections.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Private,
+    Shared,
+    /// [ext] `pipelining=true` on one multiplexed connection.
+    Pipelined,
+}
+
+fn database(sock: &Path, mode: Mode) -> Database {
     let location = sock.to_string_lossy();
     let config = DbConfig::from_args(&DbArgs {
         location: &location,
-        shared_connections: shared,
-        max_connections: if shared { 10 } else { 1 },
+        shared_connections: mode != Mode::Private,
+        max_connections: match mode {
+            Mode::Private | Mode::Pipelined => 1,
+            Mode::Shared => 10,
+        },
+        pipelining: mode == Mode::Pipelined,
         ..DbArgs::default()
     })
     .expect("config");
@@ -293,11 +308,13 @@ fn bench_with_redis(c: &mut Criterion, redis: &Redis) {
             b.iter(|| black_box(conn.request(&packed, None).is_ok()))
         });
     }
-    for (name, shared) in [
-        ("database_execute_get_private", false),
-        ("database_execute_get_shared", true),
+    // A lone worker: what the pool or the multiplexer costs it per command.
+    for (name, mode) in [
+        ("database_execute_get_private", Mode::Private),
+        ("database_execute_get_shared", Mode::Shared),
+        ("database_execute_get_pipelined", Mode::Pipelined),
     ] {
-        let db = database(&redis.sock, shared);
+        let db = database(&redis.sock, mode);
         let mut task = TaskConnection::default();
         g.bench_function(name, |b| {
             b.iter(|| {

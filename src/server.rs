@@ -238,6 +238,13 @@ impl Server {
     pub(crate) fn pool_state(&self) -> (u32, u32) {
         self.pool.as_ref().map_or((0, 0), |pool| pool.state())
     }
+
+    /// [ext] Commands in flight on the pool's multiplexed connections.
+    pub(crate) fn commands_in_flight(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or(0, |pool| pool.commands_in_flight())
+    }
 }
 
 /// Reads the role out of a `ROLE` reply (`["master", ...]`, `["slave", ...]`).

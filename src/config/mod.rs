@@ -77,12 +77,6 @@ pub enum ConfigError {
     /// private connections have nothing to share.
     #[error("pipelining=true needs shared_connections=true")]
     PipeliningWithoutSharing,
-    /// A feature that this VMOD declares but does not implement yet.
-    #[error("{what} is not supported yet")]
-    NotSupported {
-        /// The feature as the operator wrote it, e.g. `type=cluster`.
-        what: &'static str,
-    },
     /// A UNIX socket given as a cluster seed: cluster nodes name each
     /// other by host and port, as the C VMOD requires.
     #[error("type=cluster needs host:port locations, not the UNIX socket \"{location}\"")]
@@ -404,14 +398,6 @@ impl DbConfig {
         let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
         if args.pipelining && !args.shared_connections {
             return Err(ConfigError::PipeliningWithoutSharing);
-        }
-        if args.pipelining && role == Role::Cluster {
-            // READONLY and ASKING go on the connection before a command:
-            // on a connection multiplexed between workers they could land
-            // before another worker's command.
-            return Err(ConfigError::NotSupported {
-                what: "pipelining=true with type=cluster",
-            });
         }
         Ok(DbConfig {
             location,

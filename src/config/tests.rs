@@ -395,14 +395,14 @@ fn argument_errors() {
         .role,
         Role::Cluster
     );
-    assert_eq!(
-        err(DbArgs {
-            role: "cluster",
-            pipelining: true,
-            ..base
-        }),
-        "pipelining=true with type=cluster is not supported yet"
-    );
+    // Each cluster node gets its own multiplexed connections.
+    let piped = DbConfig::from_args(&DbArgs {
+        role: "cluster",
+        pipelining: true,
+        ..base
+    })
+    .unwrap();
+    assert_eq!((piped.role, piped.pipelining), (Role::Cluster, true));
     assert_eq!(
         err(DbArgs {
             role: "cluster",

@@ -256,6 +256,7 @@ impl Multiplexed {
                 if !slots.is_empty() {
                     stats.inc(Counter::PipelineBatches);
                     stats.add(Counter::PipelineCommands, slots.len() as u64);
+                    stats.inc(Counter::batch_size(slots.len()));
                 }
                 state.in_flight.extend(slots);
                 std::mem::take(&mut state.unsent)

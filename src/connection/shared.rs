@@ -158,6 +158,11 @@ impl SharedPool {
         closed.len() + multiplexed
     }
 
+    /// [ext] Commands on the multiplexed connections not answered yet.
+    pub fn commands_in_flight(&self) -> usize {
+        self.multiplexed.iter().map(Multiplexed::in_flight).sum()
+    }
+
     /// Connections open to the server, and idle among them, for stats.
     pub fn state(&self) -> (u32, u32) {
         let open = self.open.load(Ordering::Relaxed);

@@ -12,6 +12,8 @@ use super::{Database, Note};
 use crate::cluster::{command_key, is_script, key_slot, redirection, Redirection};
 use crate::command::Command;
 use crate::config::Role;
+use crate::connection::resp::ProtocolError;
+use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
@@ -20,6 +22,8 @@ use crate::session::Effect;
 use crate::stats::Counter;
 use crate::topology::Topology;
 
+/// The `READONLY` request, packed: a replica serves the reads of a
+/// connection that sent it, and redirects them otherwise.
 const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
@@ -184,7 +188,13 @@ impl Database {
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<(Reply, Lease<'a>)> {
-        let mut lease = self.lease(server, command, deadline)?;
+        // With [ext] `pipelining=true`, `ASKING` and its command take an
+        // ordinary pooled connection: on a multiplexed one another
+        // worker's command could be written between them, and the
+        // `ASKING` would let that one in instead. `ASK` only comes during
+        // a migration, rarely enough not to be worth a way to queue two
+        // requests as one in the multiplexer.
+        let mut lease = self.lease(server, command, !asking, deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
             self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
@@ -201,6 +211,33 @@ impl Database {
             self.send(&mut lease, server, command, timeout, deadline, false)?
         };
         Ok((reply, lease))
+    }
+
+    /// `conn`, about to carry multiplexed requests to `server`, after a
+    /// `READONLY` on it first if the server is a cluster replica and the
+    /// connection has not had one: every read multiplexed on it then finds
+    /// the mode on, whichever worker sends it. Runs on the worker that
+    /// drives the connection while nothing is in flight on it. As in
+    /// `cluster_attempt`, the reply to `READONLY` is not looked at; a
+    /// failure drops the connection (counted) and fails the request.
+    pub(super) fn readonly_if_replica(
+        &self,
+        server: &Server,
+        mut conn: Connection,
+        timeout: Option<Duration>,
+    ) -> Result<Connection> {
+        if self.cluster.is_none() || server.role() != Role::Slave || conn.readonly_sent() {
+            return Ok(conn);
+        }
+        conn.set_readonly_sent();
+        match conn.request(READONLY, timeout) {
+            Ok(_) if !conn.is_broken() => Ok(conn),
+            Ok(_) => {
+                let stray = ProtocolError::Malformed("bytes after the READONLY reply");
+                Err(self.failed(server, Failure::Protocol(stray), false, timeout))
+            }
+            Err(failure) => Err(self.failed(server, failure, false, timeout)),
+        }
     }
 }
 
@@ -251,13 +288,77 @@ mod tests {
     use crate::config::{Location, Protocol};
     use crate::connection::Connector;
     use crate::server::Health;
+    use crate::stats::Stats;
 
     fn server(id: u32, port: u16, role: Role) -> Arc<Server> {
-        let location: Location = format!("127.0.0.1:{port}").parse().unwrap();
+        server_at(id, &format!("127.0.0.1:{port}"), role)
+    }
+
+    fn server_at(id: u32, location: &str, role: Role) -> Arc<Server> {
+        let location: Location = location.parse().unwrap();
         let connector =
             Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
         let health = Arc::new(Health::new(Duration::from_secs(60)));
         Arc::new(Server::new(id, connector, role, health, 0, None))
+    }
+
+    /// `READONLY` on a multiplexed connection: to a cluster replica only,
+    /// once per connection, and the connection comes back usable.
+    #[test]
+    fn readonly_goes_on_a_cluster_replica_connection_once() {
+        use crate::config::{DbArgs, DbConfig};
+        use crate::testing::RedisProcess;
+
+        // A cluster node (no slots needed for READONLY) whose bus port is
+        // free: the default, its port + 10000, is not with `--port 0`.
+        let bus = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+            .to_string();
+        let redis = RedisProcess::start(&["--cluster-enabled", "yes", "--cluster-port", &bus]);
+        let config = |role| {
+            DbConfig::from_args(&DbArgs {
+                role,
+                ..DbArgs::default()
+            })
+            .expect("valid config")
+        };
+        let cluster = Database::new("c", config("cluster")).expect("database");
+        let standalone = Database::new("s", config("master")).expect("database");
+        let readonly_calls = || {
+            let stats = redis.cli(&["INFO", "commandstats"]);
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_readonly:calls="))
+                .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        };
+        let timeout = Some(Duration::from_secs(5));
+        let replica = server_at(0, &redis.location(), Role::Slave);
+        let master = server_at(1, &redis.location(), Role::Master);
+        let connect = |server: &Server| server.connector.connect(&Stats::default()).unwrap();
+        let prepared = |db: &Database, server: &Server| {
+            db.readonly_if_replica(server, connect(server), timeout)
+                .unwrap()
+        };
+
+        let conn = prepared(&cluster, &replica);
+        assert!(conn.readonly_sent());
+        assert_eq!(readonly_calls(), 1);
+        let mut conn = cluster
+            .readonly_if_replica(&replica, conn, timeout)
+            .unwrap();
+        assert_eq!(readonly_calls(), 1, "not twice on one connection");
+        let ping = conn.request(b"*1\r\n$4\r\nPING\r\n", timeout).unwrap();
+        assert_eq!(ping, Reply::Status("PONG".into()));
+
+        assert!(!prepared(&cluster, &master).readonly_sent());
+        assert!(!prepared(&standalone, &replica).readonly_sent());
+        assert_eq!(
+            readonly_calls(),
+            1,
+            "none to a master, none outside a cluster"
+        );
     }
 
     /// Two shards: slots 0-8191 on 7000 (replica 7002), the rest on 7001

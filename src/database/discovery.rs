@@ -13,7 +13,6 @@ use super::execute::within;
 use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
-use crate::connection::shared::SharedPool;
 use crate::connection::Connector;
 use crate::server::{Health, Server};
 use crate::stats::{Counter, Stats};
@@ -293,12 +292,7 @@ impl Database {
             self.config.tls.clone(),
         )
         .ok()?;
-        let pool = self.config.shared_connections.then(|| {
-            Arc::new(SharedPool::new(
-                connector.location().to_string(),
-                self.config.max_connections,
-            ))
-        });
+        let pool = self.pool(&connector);
         self.stats.inc(Counter::ServersTotal);
         Some(Arc::new(Server::new(
             self.servers.new_id(),

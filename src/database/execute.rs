@@ -250,7 +250,7 @@ impl Database {
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
     ) -> Result<Outcome<'a>> {
-        let mut lease = self.lease(server, command, deadline)?;
+        let mut lease = self.lease(server, command, true, deadline)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
             match self.request(&mut lease, server, ROLE, within(timeout, deadline))? {
@@ -403,35 +403,47 @@ impl Database {
             // is out of step and dropped after this command.
             self.stats.inc(Counter::DroppedError);
         }
-        let (failure, counted) = match result {
-            Ok(reply) => return Ok(reply),
-            Err(RequestError::Connect(err)) => return Err(err),
-            Err(RequestError::Failed { failure, counted }) => (failure, counted || was_broken),
-        };
-        {
-            let server_name = server.location().to_string();
-            match failure {
-                Failure::Timeout => {
-                    // A server that does not answer in time is avoided
-                    // like one that went away, while others can serve.
-                    if !counted {
-                        self.stats.inc(Counter::DroppedError);
-                    }
-                    server.health.mark_failed();
-                    return Err(Error::Timeout {
-                        server: server_name,
-                        timeout_ms: timeout.map_or(0, |t| t.as_millis()),
-                    });
-                }
-                _ if counted => {}
-                Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
-                Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
+        match result {
+            Ok(reply) => Ok(reply),
+            Err(RequestError::Connect(err)) => Err(err),
+            Err(RequestError::Failed { failure, counted }) => {
+                Err(self.failed(server, failure, counted || was_broken, timeout))
             }
-            server.health.mark_failed();
-            Err(Error::Io {
-                server: server_name,
-                source: failure,
-            })
+        }
+    }
+
+    /// The error of a request that got no reply on `server`, its
+    /// connection dropped with it (counted here unless `counted`), the
+    /// server made sick.
+    pub(super) fn failed(
+        &self,
+        server: &Server,
+        failure: Failure,
+        counted: bool,
+        timeout: Option<Duration>,
+    ) -> Error {
+        let server_name = server.location().to_string();
+        match failure {
+            Failure::Timeout => {
+                // A server that does not answer in time is avoided like
+                // one that went away, while others can serve.
+                if !counted {
+                    self.stats.inc(Counter::DroppedError);
+                }
+                server.health.mark_failed();
+                return Error::Timeout {
+                    server: server_name,
+                    timeout_ms: timeout.map_or(0, |t| t.as_millis()),
+                };
+            }
+            _ if counted => {}
+            Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
+            Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
+        }
+        server.health.mark_failed();
+        Error::Io {
+            server: server_name,
+            source: failure,
         }
     }
 }

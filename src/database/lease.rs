@@ -80,7 +80,8 @@ impl Lease<'_> {
                 let (db, server) = (lease.db, lease.server);
                 let mut refresh = |idle: Option<Connection>| {
                     let usable = idle.and_then(|conn| db.still_usable(server, conn, now));
-                    usable.map_or_else(|| db.connect(server, lease.deadline), Ok)
+                    let conn = usable.map_or_else(|| db.connect(server, lease.deadline), Ok)?;
+                    db.readonly_if_replica(server, conn, timeout)
                 };
                 lease
                     .mux
@@ -137,8 +138,10 @@ impl Lease<'_> {
     }
 
     /// Whether `READONLY` was sent on this connection (cluster replicas).
-    /// A cluster database never pipelines (refused at load), so a
-    /// multiplexed connection never needs it.
+    /// Always true of a multiplexed connection: the worker that opens or
+    /// reuses one while nothing is in flight on it sends `READONLY` first
+    /// ([`Database::readonly_if_replica`]), as the mode belongs to the
+    /// connection, not to the worker.
     pub(super) fn readonly_sent(&mut self) -> bool {
         self.conn().map_or(true, |conn| conn.readonly_sent())
     }
@@ -234,18 +237,20 @@ impl Database {
     /// private mode, the one in a pool slot or a new one in shared mode,
     /// waiting for a pooled one until `deadline` at most; with [ext]
     /// `pipelining=true`, a place on a multiplexed connection for the
-    /// commands that may share one.
+    /// commands that may share one, unless `!may_multiplex` (a request
+    /// that must follow another one on its connection: `ASKING`).
     pub(super) fn lease<'a>(
         &'a self,
         server: &'a Server,
         command: &Command,
+        may_multiplex: bool,
         deadline: Option<Instant>,
     ) -> Result<Lease<'a>> {
         let now = Instant::now();
         if let Some(pool) = &server.pool {
             let multiplexed = pool
                 .multiplexed(rotation())
-                .filter(|_| session::may_share_connection(command));
+                .filter(|_| may_multiplex && session::may_share_connection(command));
             if let Some(mux) = multiplexed {
                 return Ok(Lease::Multiplexed(MuxLease {
                     db: self,

@@ -145,21 +145,13 @@ impl Database {
                     Arc::new(Health::new(self.config.sickness_ttl)),
                 ),
             };
-            let pool = self.config.shared_connections.then(|| {
-                let location = connector.location().to_string();
-                Arc::new(if self.config.pipelining {
-                    SharedPool::pipelined(location, self.config.max_connections)
-                } else {
-                    SharedPool::new(location, self.config.max_connections)
-                })
-            });
             let server = Arc::new(Server::new(
                 id,
                 connector.clone(),
                 role,
                 health,
                 self.subnets.weight(location),
-                pool,
+                self.pool(&connector),
             ));
             let mut servers = current.servers.clone();
             match servers.iter().position(|s| s.id == id) {
@@ -235,6 +227,20 @@ impl Database {
         )
     }
 
+    /// The shared pool of a new server (`None` in private mode): with
+    /// [ext] `pipelining=true`, its own multiplexed connections, also for
+    /// each node of a cluster.
+    pub(crate) fn pool(&self, connector: &Connector) -> Option<Arc<SharedPool>> {
+        self.config.shared_connections.then(|| {
+            let location = connector.location().to_string();
+            Arc::new(if self.config.pipelining {
+                SharedPool::pipelined(location, self.config.max_connections)
+            } else {
+                SharedPool::new(location, self.config.max_connections)
+            })
+        })
+    }
+
     /// The servers as they are now.
     pub(crate) fn topology(&self) -> Arc<Topology> {
         self.servers.snapshot()
@@ -292,6 +298,7 @@ impl Database {
                     sick: server.health.is_sick(now),
                     connections_open: u64::from(open),
                     connections_idle: u64::from(idle),
+                    commands_in_flight: server.commands_in_flight() as u64,
                 }
             })
             .collect();

@@ -833,6 +833,11 @@ fn pipelined_workers_share_one_connection_and_each_reads_its_own_key() {
     assert_eq!(stats.get(Counter::PipelineCommands), 12 * 400 + 1);
     let batches = stats.get(Counter::PipelineBatches);
     assert!((1..=12 * 400 + 1).contains(&batches), "{batches}");
+    // Each batch is in the histogram once.
+    let histogram: u64 = (Counter::PipelineBatchSize1 as usize..Counter::COUNT)
+        .map(|i| stats.get(Counter::ALL[i]))
+        .sum();
+    assert_eq!(histogram, batches);
     // One multiplexed connection, and one ordinary one for the
     // transactions (max_connections=1: they waited for each other).
     assert_eq!(stats.get(Counter::ConnectionsTotal), 2);

@@ -71,15 +71,41 @@ pub enum Counter {
     /// [ext] `pipelining=true`: commands written in those batches (their
     /// mean size is `commands / batches`).
     PipelineCommands,
+    /// [ext] `pipelining=true`: batches of one command, then of 2-3, 4-7,
+    /// 8-15, 16-31, 32-63 and 64 or more: the histogram of batch sizes
+    /// (see [`Counter::batch_size`]).
+    PipelineBatchSize1,
+    PipelineBatchSize2,
+    PipelineBatchSize4,
+    PipelineBatchSize8,
+    PipelineBatchSize16,
+    PipelineBatchSize32,
+    PipelineBatchSize64,
 }
 
-/// Prometheus family that groups the `connections.dropped.*` counters under
-/// a `reason` label, as libvmod-redis does.
-const DROPPED_PREFIX: &str = "connections.dropped.";
+/// Prometheus families whose counters differ by one label: the
+/// `connections.dropped.*` counters under `reason`, as libvmod-redis does,
+/// and the [ext] batch-size histogram under `size`.
+const LABELLED_FAMILIES: [(&str, &str); 2] = [
+    ("connections.dropped.", "reason"),
+    ("ext.pipelining.batch_size.", "size"),
+];
+
+/// The batch-size histogram: its counters, each with the smallest size it
+/// counts (the last one counts everything from there on).
+const BATCH_SIZES: [(Counter, usize); 7] = [
+    (Counter::PipelineBatchSize1, 1),
+    (Counter::PipelineBatchSize2, 2),
+    (Counter::PipelineBatchSize4, 4),
+    (Counter::PipelineBatchSize8, 8),
+    (Counter::PipelineBatchSize16, 16),
+    (Counter::PipelineBatchSize32, 32),
+    (Counter::PipelineBatchSize64, 64),
+];
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 30;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -111,6 +137,13 @@ impl Counter {
         Counter::DroppedState,
         Counter::PipelineBatches,
         Counter::PipelineCommands,
+        Counter::PipelineBatchSize1,
+        Counter::PipelineBatchSize2,
+        Counter::PipelineBatchSize4,
+        Counter::PipelineBatchSize8,
+        Counter::PipelineBatchSize16,
+        Counter::PipelineBatchSize32,
+        Counter::PipelineBatchSize64,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -140,7 +173,23 @@ impl Counter {
             Counter::DroppedState => "ext.connections.dropped.state",
             Counter::PipelineBatches => "ext.pipelining.batches",
             Counter::PipelineCommands => "ext.pipelining.commands",
+            Counter::PipelineBatchSize1 => "ext.pipelining.batch_size.1",
+            Counter::PipelineBatchSize2 => "ext.pipelining.batch_size.2_3",
+            Counter::PipelineBatchSize4 => "ext.pipelining.batch_size.4_7",
+            Counter::PipelineBatchSize8 => "ext.pipelining.batch_size.8_15",
+            Counter::PipelineBatchSize16 => "ext.pipelining.batch_size.16_31",
+            Counter::PipelineBatchSize32 => "ext.pipelining.batch_size.32_63",
+            Counter::PipelineBatchSize64 => "ext.pipelining.batch_size.64_up",
         }
+    }
+
+    /// The histogram counter of a batch of `commands` (at least 1).
+    pub fn batch_size(commands: usize) -> Counter {
+        BATCH_SIZES
+            .iter()
+            .rev()
+            .find(|(_, smallest)| commands >= *smallest)
+            .map_or(Counter::PipelineBatchSize1, |(counter, _)| *counter)
     }
 
     /// The counter whose [`json_name`](Self::json_name) is `name` (exact,
@@ -149,14 +198,18 @@ impl Counter {
         Counter::ALL.into_iter().find(|c| c.json_name() == name)
     }
 
-    /// Prometheus family (dots become `_`) and `reason` label value. The
-    /// family is returned as the dotted path to avoid an allocation.
-    fn prometheus_parts(self) -> (&'static str, Option<&'static str>) {
+    /// Prometheus family (dots become `_`) and, for a labelled family,
+    /// its label and value. The family is returned as the dotted path to
+    /// avoid an allocation.
+    fn prometheus_parts(self) -> (&'static str, Option<(&'static str, &'static str)>) {
         let name = self.json_name();
-        match name.strip_prefix(DROPPED_PREFIX) {
-            Some(reason) => (&DROPPED_PREFIX[..DROPPED_PREFIX.len() - 1], Some(reason)),
-            None => (name, None),
-        }
+        LABELLED_FAMILIES
+            .iter()
+            .find_map(|&(prefix, label)| {
+                let value = name.strip_prefix(prefix)?;
+                Some((&prefix[..prefix.len() - 1], Some((label, value))))
+            })
+            .unwrap_or((name, None))
     }
 }
 
@@ -175,6 +228,9 @@ pub struct ServerSnapshot {
     pub connections_open: u64,
     /// Of those, connections idle right now.
     pub connections_idle: u64,
+    /// [ext] `pipelining=true`: commands written or queued on the server's
+    /// multiplexed connections and not answered yet.
+    pub commands_in_flight: u64,
 }
 
 /// What the renderings need besides the counters.
@@ -357,11 +413,12 @@ impl Stats {
                 json_string(out, &s.location);
                 let _ = write!(
                     out,
-                    ",\"role\": \"{}\",\"sick\": {},\"connections\": {{\"open\": {},\"idle\": {}}}}}",
+                    ",\"role\": \"{}\",\"sick\": {},\"connections\": {{\"open\": {},\"idle\": {}}},\"commands\": {{\"in_flight\": {}}}}}",
                     s.role.as_str(),
                     s.sick,
                     s.connections_open,
-                    s.connections_idle
+                    s.connections_idle,
+                    s.commands_in_flight
                 );
             }
             out.push(']');
@@ -404,7 +461,7 @@ impl Stats {
             }
             metric_name(out, prefix, family);
             match reason {
-                Some(reason) => labels(out, &base, &[("reason", reason)]),
+                Some(label) => labels(out, &base, &[label]),
                 None => labels(out, &base, &[]),
             }
             let _ = writeln!(out, " {}", values[c as usize]);
@@ -414,11 +471,12 @@ impl Stats {
             return;
         }
         type Gauge = fn(&ServerSnapshot) -> u64;
-        let gauges: [(&str, Gauge); 4] = [
+        let gauges: [(&str, Gauge); 5] = [
             ("server_info", |_| 1),
             ("server_sick", |s| u64::from(s.sick)),
             ("server_connections_open", |s| s.connections_open),
             ("server_connections_idle", |s| s.connections_idle),
+            ("server_commands_in_flight", |s| s.commands_in_flight),
         ];
         for (family, value) in gauges {
             let _ = writeln!(out, "# TYPE {prefix}{family} gauge");

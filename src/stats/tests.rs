@@ -425,6 +425,7 @@ fn servers() -> Vec<ServerSnapshot> {
             sick: false,
             connections_open: 3,
             connections_idle: 2,
+            commands_in_flight: 5,
         },
         ServerSnapshot {
             location: "/run/a \"b\"\\c\n.sock".into(),
@@ -432,6 +433,7 @@ fn servers() -> Vec<ServerSnapshot> {
             sick: true,
             connections_open: 0,
             connections_idle: 0,
+            commands_in_flight: 0,
         },
     ]
 }
@@ -445,12 +447,13 @@ fn json_with_servers_appends_server_list() {
     };
     let stats = captured_db(1);
     stats.add(Counter::DroppedState, 7);
+    stats.inc(Counter::PipelineBatchSize4);
     let text = json(&stats, &ctx);
     // The C part is unchanged; the [ext] counters, then the list.
     assert!(text.starts_with(&C_JSON[..C_JSON.len() - 1]), "{text}");
     assert_eq!(
         &text[C_JSON.len() - 1..],
-        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0}}]}"#
+        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0,"batch_size": {"1": 0,"2_3": 0,"4_7": 1,"8_15": 0,"16_31": 0,"32_63": 0,"64_up": 0}}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2},"commands": {"in_flight": 5}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0},"commands": {"in_flight": 0}}]}"#
     );
     let Json::Obj(root) = parse_json(&text) else {
         panic!("not an object")
@@ -619,6 +622,9 @@ vmod_redis_server_connections_open{env="prod",name="db",server="/run/a \"b\"\\c\
 # TYPE vmod_redis_server_connections_idle gauge
 vmod_redis_server_connections_idle{env="prod",name="db",server="127.0.0.1:6379"} 2
 vmod_redis_server_connections_idle{env="prod",name="db",server="/run/a \"b\"\\c\n.sock"} 0
+# TYPE vmod_redis_server_commands_in_flight gauge
+vmod_redis_server_commands_in_flight{env="prod",name="db",server="127.0.0.1:6379"} 5
+vmod_redis_server_commands_in_flight{env="prod",name="db",server="/run/a \"b\"\\c\n.sock"} 0
 "#;
 
 #[test]
@@ -636,6 +642,8 @@ fn prometheus_with_servers_appends_gauges() {
     stats.add(Counter::DroppedState, 7);
     stats.add(Counter::PipelineBatches, 2);
     stats.add(Counter::PipelineCommands, 9);
+    stats.inc(Counter::PipelineBatchSize1);
+    stats.inc(Counter::PipelineBatchSize8);
     let text = prom(&stats, &ctx, &opts);
     let counters = prom(&stats, &DB, &opts);
     let ext = "# TYPE vmod_redis_ext_connections_dropped_state counter\n\
@@ -643,7 +651,15 @@ fn prometheus_with_servers_appends_gauges() {
                # TYPE vmod_redis_ext_pipelining_batches counter\n\
                vmod_redis_ext_pipelining_batches{env=\"prod\",name=\"db\"} 2\n\
                # TYPE vmod_redis_ext_pipelining_commands counter\n\
-               vmod_redis_ext_pipelining_commands{env=\"prod\",name=\"db\"} 9\n";
+               vmod_redis_ext_pipelining_commands{env=\"prod\",name=\"db\"} 9\n\
+               # TYPE vmod_redis_ext_pipelining_batch_size counter\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"1\"} 1\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"2_3\"} 0\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"4_7\"} 0\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"8_15\"} 1\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"16_31\"} 0\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"32_63\"} 0\n\
+               vmod_redis_ext_pipelining_batch_size{env=\"prod\",name=\"db\",size=\"64_up\"} 0\n";
     assert_eq!(text, format!("{counters}{ext}{SERVER_GAUGES}"));
 
     // Without default labels: neither name nor server, role stays.
@@ -661,6 +677,14 @@ fn prometheus_with_servers_appends_gauges() {
          vmod_redis_ext_pipelining_batches{} 0\n\
          # TYPE vmod_redis_ext_pipelining_commands counter\n\
          vmod_redis_ext_pipelining_commands{} 0\n\
+         # TYPE vmod_redis_ext_pipelining_batch_size counter\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"1\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"2_3\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"4_7\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"8_15\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"16_31\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"32_63\"} 0\n\
+         vmod_redis_ext_pipelining_batch_size{size=\"64_up\"} 0\n\
          # TYPE vmod_redis_server_info gauge\n\
          vmod_redis_server_info{role=\"master\"} 1\n\
          vmod_redis_server_info{role=\"auto\"} 1\n\
@@ -672,7 +696,10 @@ fn prometheus_with_servers_appends_gauges() {
          vmod_redis_server_connections_open{} 0\n\
          # TYPE vmod_redis_server_connections_idle gauge\n\
          vmod_redis_server_connections_idle{} 2\n\
-         vmod_redis_server_connections_idle{} 0\n"
+         vmod_redis_server_connections_idle{} 0\n\
+         # TYPE vmod_redis_server_commands_in_flight gauge\n\
+         vmod_redis_server_commands_in_flight{} 5\n\
+         vmod_redis_server_commands_in_flight{} 0\n"
     );
 }
 
@@ -844,4 +871,26 @@ fn flatten(value: &Json) -> BTreeMap<String, &Json> {
     let mut out = BTreeMap::new();
     walk("", value, &mut out);
     out
+}
+
+#[test]
+fn batch_sizes_fall_in_power_of_two_buckets() {
+    let cases = [
+        (1, Counter::PipelineBatchSize1),
+        (2, Counter::PipelineBatchSize2),
+        (3, Counter::PipelineBatchSize2),
+        (4, Counter::PipelineBatchSize4),
+        (7, Counter::PipelineBatchSize4),
+        (8, Counter::PipelineBatchSize8),
+        (15, Counter::PipelineBatchSize8),
+        (16, Counter::PipelineBatchSize16),
+        (31, Counter::PipelineBatchSize16),
+        (32, Counter::PipelineBatchSize32),
+        (63, Counter::PipelineBatchSize32),
+        (64, Counter::PipelineBatchSize64),
+        (10_000, Counter::PipelineBatchSize64),
+    ];
+    for (commands, counter) in cases {
+        assert_eq!(Counter::batch_size(commands), counter, "{commands}");
+    }
 }

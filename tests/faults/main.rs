@@ -58,8 +58,8 @@
 //!   their clients other than Sentinels and replication links), counters
 //!   reconcile, and the lone client's write is on the new master.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
-//!   vcl.discard cycles of a VCL with a private and a shared database
-//!   while 16 clients run: threads, fds and Redis connections do not grow,
+//!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
+//!   database while 16 clients run: threads, fds and Redis connections do not grow,
 //!   and varnishstat lists the REDIS.* counters of the live VCL only.
 //! * `s7.soak.*` (ignored): `FAULTS_SOAK_SECS` of SET + GET + EVAL per
 //!   request (16 clients): VmRSS and fds flat within 5 % after the warm-up,

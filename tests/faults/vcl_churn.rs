@@ -13,7 +13,12 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     shared.max_connections = 4;
     shared.connection_timeout = 2000;
     shared.command_timeout = 2000;
-    let dbs = [private.clone(), shared.clone()];
+    // [ext] pipelining=true: multiplexed connections go with their VCL too.
+    let mut piped = DbSpec::new("piped", Mode::Pipelined);
+    piped.max_connections = 2;
+    piped.connection_timeout = 2000;
+    piped.command_timeout = 2000;
+    let dbs = [private.clone(), shared.clone(), piped.clone()];
     let mut s = Setup::start(&format!("s6-{cycles}"), &dbs)?;
     let so = support::vmod_so()?;
     let dir = s
@@ -28,7 +33,11 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
         port: s.varnish.port,
         clients,
         duration: Duration::from_secs(3600),
-        paths: vec!["/priv/mix/c{c}".into(), "/shared/mix/c{c}".into()],
+        paths: vec![
+            "/priv/mix/c{c}".into(),
+            "/shared/mix/c{c}".into(),
+            "/piped/mix/c{c}".into(),
+        ],
         deadline: Duration::from_secs(5),
     });
     load.sleep_until(1.5);
@@ -83,8 +92,9 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     let all = report.all();
     let c_priv = counters(s.varnish.port, "priv")?;
     let c_shared = counters(s.varnish.port, "shared")?;
+    let c_piped = counters(s.varnish.port, "piped")?;
     s.say(format!(
-        "{cycles} cycles of vcl.load / vcl.use / vcl.discard in {churn_secs:.1} s ({:.2} s each), {clients} clients on /priv/mix and /shared/mix (SET, GET, EVAL each)",
+        "{cycles} cycles of vcl.load / vcl.use / vcl.discard in {churn_secs:.1} s ({:.2} s each), {clients} clients on /priv/mix, /shared/mix and /piped/mix (SET, GET, EVAL each)",
         churn_secs / cycles.max(1) as f64
     ));
     let per = |d: Duration| d.as_secs_f64() * 1000.0 / cycles.max(1) as f64;
@@ -103,6 +113,7 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     s.say(format!("after the churn, idle: {after}"));
     s.say(format!("live VCL priv counters: {c_priv}"));
     s.say(format!("live VCL shared counters: {c_shared}"));
+    s.say(format!("live VCL piped counters: {c_piped}"));
     s.say(format!(
         "vcl.list: {}",
         vcls.lines().map(str::trim).collect::<Vec<_>>().join(" | ")
@@ -162,8 +173,8 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     });
     // Live need: the private object, one connection per worker that served
     // it (at most one per client in practice, bounded by the threads); the
-    // shared one, its pool.
-    let need = clients + shared.max_connections as usize;
+    // shared one, its pool; the pipelined one, its multiplexed connections.
+    let need = clients + (shared.max_connections + piped.max_connections) as usize;
     s.check(under_load.redis_fds <= need + 4, || {
         format!(
             "{} Redis connections under load after the churn; the live VCL needs at most about {need}",
@@ -180,5 +191,6 @@ pub(crate) fn s6_vcl_churn(cycles: usize) -> Result<(), Failed> {
     s.check_leaks(&after, need + 4);
     s.check_lone_client("priv")?;
     s.check_lone_client("shared")?;
+    s.check_lone_client("piped")?;
     s.finish()
 }
