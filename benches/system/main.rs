@@ -63,8 +63,8 @@
 //!   With `--s2-cluster`: both VMODs with `type=cluster` on the cluster's
 //!   seed, the seed's keys made per request (`"foo" + req.xid`, `"bar" +
 //!   req.xid`) so that the load spreads over the masters (FLUSHALL before
-//!   each varnishd), the commands per master reported; `pN` columns are
-//!   refused (ours does not pipeline with `type=cluster`).
+//!   each varnishd), the commands per master reported (`pN`: ours
+//!   pipelines on N connections per master).
 //! * S3 (seed 003, connections): the S2 load on private and shared(10), TCP
 //!   vs UNIX socket location, `connection_ttl` 0 vs 1 s; and ours over TLS
 //!   (ttl 0; the C VMOD of Debian 12 has no TLS), set against ours over TCP:

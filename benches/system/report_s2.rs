@@ -107,7 +107,7 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
             r,
             "**On a Redis Cluster** of 3 masters x 1 replica (formed by tests/support/cluster.rs; \
              slots 0-5460, 5461-10922, 10923-16383), both VMODs with `type=cluster`, \
-             `max_cluster_hops=16`, the seed node m0 as `location`; `max_connections` is per \
+             `max_cluster_hops=16`, the seed node m0 as `location`; a shared pool's `max_connections` is per \
              server. The seed's fixed keys \"foo\" and \"bar\" would put the whole load on one \
              or two masters, so the keys here are per request (`\"foo\" + req.xid`, \
              `\"bar\" + req.xid`) and spread over the three; FLUSHALL on the masters before \
