@@ -44,6 +44,8 @@ pub(crate) enum Resp {
 /// adds no connection to `total_connections_received` during a run.
 pub(crate) struct Probe {
     pub(crate) reader: BufReader<TcpStream>,
+    /// Commands sent so far: Redis counts them in total_commands_processed.
+    pub(crate) sent: u64,
 }
 
 impl Probe {
@@ -54,6 +56,7 @@ impl Probe {
             .map_err(|e| e.to_string())?;
         Ok(Probe {
             reader: BufReader::new(stream),
+            sent: 0,
         })
     }
 
@@ -66,6 +69,7 @@ impl Probe {
             .get_mut()
             .write_all(req.as_bytes())
             .map_err(|e| e.to_string())?;
+        self.sent += 1;
         self.read()
     }
 
@@ -109,14 +113,26 @@ impl Probe {
         })
     }
 
-    pub(crate) fn info(&mut self, section: &str, field: &str) -> Option<u64> {
-        match self.command(&["INFO", section]).ok()? {
-            Resp::Bulk(Some(text)) => text.lines().find_map(|l| {
-                l.strip_prefix(field)
-                    .and_then(|r| r.strip_prefix(':'))
-                    .and_then(|v| v.trim().parse().ok())
-            }),
+    /// `INFO` of these sections (several in one command since Redis 7).
+    pub(crate) fn info_text(&mut self, sections: &[&str]) -> Option<String> {
+        let mut args = vec!["INFO"];
+        args.extend(sections);
+        match self.command(&args).ok()? {
+            Resp::Bulk(Some(text)) => Some(text),
             _ => None,
         }
     }
+
+    pub(crate) fn info(&mut self, section: &str, field: &str) -> Option<u64> {
+        info_field(&self.info_text(&[section])?, field)
+    }
+}
+
+/// The value of `field:` in an INFO reply.
+pub(crate) fn info_field<T: std::str::FromStr>(text: &str, field: &str) -> Option<T> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }

@@ -14,14 +14,16 @@ pub(crate) struct Load {
     pub(crate) p99_ms: f64,
 }
 
-pub(crate) fn wrk_cmd(threads: u32, conns: u32, secs: u32, url: &str) -> Process {
+/// wrk, on the load CPU with `--pin`.
+pub(crate) fn wrk_cmd(pin: bool, threads: u32, conns: u32, secs: u32, url: &str) -> Process {
     let mut cmd = Process::new("wrk");
     cmd.arg(format!("-t{threads}"))
         .arg(format!("-c{conns}"))
         .arg(format!("-d{secs}s"))
         .arg("--latency")
-        .arg(url)
-        .stdin(Stdio::null())
+        .arg(url);
+    let mut cmd = on_load_cpu(pin, cmd);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -102,7 +104,7 @@ pub(crate) fn parse_ab(out: &str) -> Res<Load> {
 /// One closed-loop, single-client run of S1.
 pub(crate) fn s1_load(o: &Opts, url: &str, secs: u32, kind: &str) -> Res<Load> {
     let mut cmd = match o.s1_client {
-        S1Client::Wrk => wrk_cmd(1, 1, secs, url),
+        S1Client::Wrk => wrk_cmd(o.pin, 1, 1, secs, url),
         S1Client::Ab => {
             let mut cmd = Process::new("ab");
             cmd.args(["-q", "-k", "-c", "1", "-t", &secs.to_string()])

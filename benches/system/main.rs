@@ -5,22 +5,30 @@
 //! cargo bench --bench system                 # full run (about 25 minutes)
 //! cargo bench --bench system -- --quick      # development run (about 9 minutes)
 //! cargo bench --bench system -- --only s1    # a subset: s1, s2, s3 (comma-separated)
+//! cargo bench --bench system -- --only s2 --s2-cluster --s2-columns private,10,1
+//! cargo bench --bench system -- --only s2 --s2-conns 1 --s2-columns 1,p1 --pin
 //! cargo bench --bench system -- --help       # every option
 //! ```
 //!
 //! It installs nothing: it first checks for varnishd, varnishstat, the
 //! `varnish-redis` package, redis-server, redis-benchmark, wrk (and ab when
-//! `--s1-client ab`), and prints the `apt-get install` line for what is
-//! missing. Then it
+//! `--s1-client ab`) and taskset (with `--pin`), and prints the
+//! `apt-get install` line for what is missing. Then it
 //! 1. builds ours with `cargo build --release --lib` and copies the .so into
 //!    a fresh 0755 directory under `$TMPDIR` (varnishd drops privileges);
 //! 2. starts one `redis-server --save "" --appendonly no` on a free loopback
-//!    port and a UNIX socket;
+//!    port and a UNIX socket (and, when S3 runs, a TLS port: a CA and a
+//!    certificate for 127.0.0.1 written into the temporary directory by
+//!    tests/support/tls_material.rs, `--tls-auth-clients no`); with
+//!    `--s2-cluster`, S2 runs against a Redis Cluster of 3 masters x 1
+//!    replica instead (tests/support/cluster.rs), started for S2 and
+//!    stopped after it;
 //! 3. per configuration, starts `varnishd -F -a 127.0.0.1:<free port> -n
 //!    <tmpdir> -f <vcl>` (all `-p` parameters at their defaults) loading ours
 //!    (`import redis from "<abs path>";`), loads it with wrk, stops it, then
 //!    the same with the C VMOD (`import redis;`): ours, theirs, ours,
-//!    theirs... so that machine drift hits both alike;
+//!    theirs... so that machine drift hits both alike (theirs is left out,
+//!    "n/a", where it cannot run: TLS);
 //! 4. writes `benches/results/<date>-<host>.md` (`-quick.md` with `--quick`,
 //!    `-custom.md` with any other option)
 //!    with the machine, versions, exact commands, every figure and the
@@ -48,26 +56,51 @@
 //!   {1000, 400, 100, 25, 10, 4, 2, 1}. Reports req/s, non-2xx, MAIN.threads
 //!   and Redis `connected_clients` sampled mid-run, Redis
 //!   `total_connections_received` delta, `workers.blocked` from `db.stats()`,
-//!   the child's RSS after the run and its CPU per request.
+//!   the child's RSS after the run and its CPU per request, and Redis CPU per
+//!   command (`INFO cpu` used_cpu_sys + used_cpu_user over `INFO stats`
+//!   total_commands_processed, deltas over the measured run, the harness's
+//!   own INFO commands subtracted).
+//!   With `--s2-cluster`: both VMODs with `type=cluster` on the cluster's
+//!   seed, the seed's keys made per request (`"foo" + req.xid`, `"bar" +
+//!   req.xid`) so that the load spreads over the masters (FLUSHALL before
+//!   each varnishd), the commands per master reported (`pN`: ours
+//!   pipelines on N connections per master).
 //! * S3 (seed 003, connections): the S2 load on private and shared(10), TCP
-//!   vs UNIX socket location, `connection_ttl` 0 vs 1 s.
+//!   vs UNIX socket location, `connection_ttl` 0 vs 1 s; and ours over TLS
+//!   (ttl 0; the C VMOD of Debian 12 has no TLS), set against ours over TCP:
+//!   req/s, and the connections Redis received against the commands it ran
+//!   (pooled connections: no handshake per command).
+//!
+//! `--pin` puts varnishd (manager and child, every thread: `taskset -a -c
+//! -p 0` after start) on CPU 0 and redis-server(s) and wrk (started under
+//! `taskset -c 1`) on CPU 1, so that one-client runs do not depend on where
+//! the scheduler puts the processes; the report says whether it was on.
 //!
 //! Environment: `TMPDIR` (where the temporary directory goes),
 //! `CARGO` (the cargo that builds the .so; set by `cargo bench`).
 
 mod clients;
+#[path = "../../tests/support/cluster.rs"]
+mod cluster;
 mod figures;
 mod load;
 mod opts;
+mod pin;
 mod preflight;
 mod procs;
+mod redis;
 mod report;
+mod report_s2;
 mod s1;
 mod s2;
 mod servers;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod svg;
+// The bench uses the CA and the server certificate only.
+#[allow(dead_code)]
+#[path = "../../tests/support/tls_material.rs"]
+mod tls_material;
 mod vcl;
 
 use std::collections::BTreeMap;
@@ -98,9 +131,12 @@ use clients::*;
 use figures::*;
 use load::*;
 use opts::*;
+use pin::*;
 use preflight::*;
 use procs::*;
+use redis::*;
 use report::*;
+use report_s2::*;
 use s1::*;
 use s2::*;
 use servers::*;
@@ -137,13 +173,19 @@ fn run(o: Opts) -> Res<()> {
         tmp: tmp.clone(),
         ours_so,
         seq: 0,
+        pin: o.pin,
     };
     let redis_dir = tmp.join("redis");
     make_dir(&redis_dir)?;
-    let mut redis = Redis::start(&redis_dir)?;
+    // S3's TLS rows need the TLS port.
+    let mut redis = Redis::start(&redis_dir, o.s3, o.pin)?;
     eprintln!(
-        "system: redis-server on 127.0.0.1:{} and {}; temporary files in {}",
-        redis.port,
+        "system: redis-server on 127.0.0.1:{}{} and {}; temporary files in {}",
+        redis.port(),
+        redis
+            .tls
+            .as_ref()
+            .map_or(String::new(), |t| format!(" (TLS on {})", t.port)),
         redis.sock.display(),
         tmp.display()
     );
@@ -153,10 +195,21 @@ fn run(o: Opts) -> Res<()> {
     } else {
         None
     };
-    let s2 = if o.s2 {
-        Some(run_pairs(&o, &mut env, &mut redis, &s2_cfgs(&o))?)
-    } else {
-        None
+    let s2 = match (o.s2, o.s2_cluster) {
+        (false, _) => None,
+        (true, false) => Some(run_pairs(&o, &mut env, &mut redis, &s2_cfgs(&o))?),
+        (true, true) => {
+            let dir = tmp.join("cluster");
+            make_dir(&dir)?;
+            let mut cluster = Redis::start_cluster(&dir, o.pin)?;
+            eprintln!(
+                "system: S2 on a cluster of 3 masters x 1 replica, seed 127.0.0.1:{}",
+                cluster.port()
+            );
+            let rows = run_pairs(&o, &mut env, &mut cluster, &s2_cfgs(&o));
+            cluster.stop();
+            Some(rows?)
+        }
     };
     let s3 = if o.s3 {
         Some(run_pairs(&o, &mut env, &mut redis, &s3_cfgs())?)
@@ -193,7 +246,8 @@ fn run(o: Opts) -> Res<()> {
         r,
         "{date} {time} UTC on `{host}`; {} run (`cargo bench --bench system{}`), {} min {} s. \
          Generated by `benches/system/`: ours is this repository's VMOD, theirs the C VMOD \
-         (libvmod-redis, Debian `{THEIRS_PKG}`). Ratios are ours / theirs.\n",
+         (libvmod-redis, Debian `{THEIRS_PKG}`). Ratios are ours / theirs. \
+         CPU pinning: {}.\n",
         kind,
         if o.given.is_empty() {
             String::new()
@@ -201,7 +255,8 @@ fn run(o: Opts) -> Res<()> {
             format!(" -- {}", o.given.join(" "))
         },
         elapsed / 60,
-        elapsed % 60
+        elapsed % 60,
+        pin_note(o.pin)
     );
     let mut targets = Targets { lines: Vec::new() };
     let mut body = String::new();
@@ -213,7 +268,12 @@ fn run(o: Opts) -> Res<()> {
     if let Some(s2) = &s2 {
         let name = format!("{base}-s2.svg");
         let title = format!(
-            "S2: req/s, wrk -t{} -c{} -d{}s, SET+GET+EVAL{}",
+            "S2{}: req/s, wrk -t{} -c{} -d{}s, SET+GET+EVAL{}",
+            if o.s2_cluster {
+                " on a 3-master cluster"
+            } else {
+                ""
+            },
             o.s2_threads,
             o.s2_conns,
             o.s2_secs,
@@ -237,13 +297,13 @@ fn run(o: Opts) -> Res<()> {
         let _ = writeln!(r);
     }
     r.push_str(&body);
-    machine_section(&mut r, &load_start);
+    machine_section(&mut r, &load_start, o.pin);
     versions_section(&mut r, &env, &theirs);
     commands_section(&mut r);
     let _ = writeln!(r, "<details><summary>VCL of S1 (ours; theirs says <code>import redis;</code>)</summary>\n\n```vcl\n{}```\n</details>\n",
         s1_vcl("import redis from \"/path/to/libvmod_redis.so\";", "127.0.0.1:PORT"));
     let _ = writeln!(r, "<details><summary>VCL of S2 / S3 (private column; the others change <code>shared_connections</code>, <code>max_connections</code>, <code>location</code>, <code>connection_ttl</code>)</summary>\n\n```vcl\n{}```\n</details>",
-        s2_vcl("import redis;", &db_new("127.0.0.1:PORT", 0, false, 1), true));
+        s2_vcl("import redis;", &DbSpec::master("127.0.0.1:PORT", 0, false, 1).vcl(), Some("")));
     let md = o.out_dir.join(format!("{base}.md"));
     fs::write(&md, &r).map_err(|e| e.to_string())?;
     println!("{}", targets.lines.join("\n"));

@@ -24,6 +24,9 @@ pub(crate) struct Opts {
     pub(crate) s2_conns: u32,
     pub(crate) s2_reps: usize,
     pub(crate) s2_columns: Option<Vec<Mode>>,
+    /// S2 against a 3-master cluster instead of the single server.
+    pub(crate) s2_cluster: bool,
+    pub(crate) pin: bool,
     pub(crate) rb_requests: u32,
     pub(crate) s1_client: S1Client,
     pub(crate) out_dir: PathBuf,
@@ -44,6 +47,9 @@ usage: cargo bench --bench system -- [options]
   --s2-columns LIST   S2 columns, e.g. private,10,1,p1 (none, private, a shared
                       max_connections, or pN: ours pipelined on N connections, theirs
                       shared N; default: none,private,1000,400,100,25,10,4,2,1)
+  --s2-cluster        S2 against a Redis Cluster (3 masters x 1 replica), both VMODs
+                      with type=cluster, keys per request
+  --pin               varnishd on CPU 0, redis-server(s) and wrk on CPU 1 (taskset)
   --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
   --out DIR           report directory (default benches/results)
   --ours PATH         use this libvmod_redis.so instead of building one
@@ -73,6 +79,8 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         s2_conns: 400,
         s2_reps: 1,
         s2_columns: None,
+        s2_cluster: false,
+        pin: false,
         rb_requests: if quick { 5_000 } else { 30_000 },
         s1_client: S1Client::Wrk,
         out_dir: manifest.join("benches/results"),
@@ -94,6 +102,8 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         };
         match arg.as_str() {
             "--bench" | "--quick" => {}
+            "--s2-cluster" => o.s2_cluster = true,
+            "--pin" => o.pin = true,
             "--help" | "-h" => {
                 print!("{USAGE}");
                 return Ok(None);
@@ -155,6 +165,9 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
             "--ours" => o.ours_so = Some(PathBuf::from(value("--ours")?)),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
+    }
+    if o.s2_cluster && !o.s2 {
+        return Err("--s2-cluster: S2 is not run (see --only)".into());
     }
     Ok(Some(o))
 }

@@ -43,6 +43,13 @@ pub(crate) fn preflight(o: &Opts) -> Res<PathBuf> {
         ("redis-benchmark", "redis-tools"),
         ("wrk", "wrk"),
     ];
+    if o.pin {
+        tools.push(("taskset", "util-linux"));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus <= LOAD_CPU as usize {
+            return Err(format!("--pin needs 2 CPUs, this process may use {cpus}"));
+        }
+    }
     if o.s1 && o.s1_client == S1Client::Ab {
         tools.push(("ab", "apache2-utils"));
     } else if find_in_path("ab").is_none() {

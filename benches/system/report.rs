@@ -44,7 +44,7 @@ pub(crate) fn cmd(program: &str, args: &[&str]) -> Process {
     c
 }
 
-pub(crate) fn machine_section(r: &mut String, load_start: &str) {
+pub(crate) fn machine_section(r: &mut String, load_start: &str, pin: bool) {
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -62,6 +62,7 @@ pub(crate) fn machine_section(r: &mut String, load_start: &str) {
     let _ = writeln!(r, "## Machine\n");
     let _ = writeln!(r, "- nproc: {nproc}; CPU: {cpu}; memory: {mem}");
     let _ = writeln!(r, "- kernel: {}", kernel.trim());
+    let _ = writeln!(r, "- CPU pinning: {}", pin_note(pin));
     let _ = writeln!(
         r,
         "- load average (1, 5, 15 min) at start: {}; at end: {}",
@@ -367,208 +368,6 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
             opt(s[0].received),
             opt(s[1].received)
         );
-    }
-    let _ = writeln!(r);
-}
-
-pub(crate) fn load_table(
-    r: &mut String,
-    rows: &[(RunCfg, [Run; 2])],
-    first_col: &str,
-    label: fn(&RunCfg) -> String,
-) {
-    let _ = writeln!(
-        r,
-        "| {first_col} | req/s ours | req/s theirs | ours / theirs | non-2xx o / t | socket err o / t | p50 ms o / t | p99 ms o / t | MAIN.threads o / t | Redis clients o / t | connections received o / t | workers.blocked o / t | commands.failed o / t | RSS MiB o / t | CPU µs/req o / t |"
-    );
-    let _ = writeln!(
-        r,
-        "|---|---:|---:|---:|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for (cfg, [o, t]) in rows {
-        let mib = |kb: Option<u64>| kb.map_or("–".into(), |k| f(k as f64 / 1024.0, 1));
-        let _ = writeln!(
-            r,
-            "| {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |",
-            label(cfg),
-            f(o.load.rps, 0),
-            f(t.load.rps, 0),
-            f(ratio(o.load.rps, t.load.rps), 3),
-            o.load.non2xx,
-            t.load.non2xx,
-            o.load.socket_errors,
-            t.load.socket_errors,
-            f(o.load.p50_ms, 2),
-            f(t.load.p50_ms, 2),
-            f(o.load.p99_ms, 1),
-            f(t.load.p99_ms, 1),
-            opt(o.threads_mid),
-            opt(t.threads_mid),
-            opt(o.redis_clients_mid),
-            opt(t.redis_clients_mid),
-            opt(o.conns_received),
-            opt(t.conns_received),
-            opt(o.blocked),
-            opt(t.blocked),
-            opt(o.cmds_failed),
-            opt(t.cmds_failed),
-            mib(o.rss_kb),
-            mib(t.rss_kb),
-            f(o.cpu_us_per_req, 1),
-            f(t.cpu_us_per_req, 1)
-        );
-    }
-    let _ = writeln!(r);
-}
-
-pub(crate) fn s2_section(
-    r: &mut String,
-    rows: &[(RunCfg, [Run; 2])],
-    o: &Opts,
-    svg_name: &str,
-    t: &mut Targets,
-) {
-    let _ = writeln!(r, "## S2: private vs shared (seed 000)\n");
-    let _ = writeln!(
-        r,
-        "SET + GET + EVAL per request with the seed's reply checks (500 / 501 / 502 on a wrong reply type), \
-         `wrk -t{} -c{} -d{}s --latency` after a {} s warm-up with the same load; one fresh varnishd per \
-         column and VMOD, ours first. \"no Redis\": the VMOD is imported and `db` created, no command runs. \
-         MAIN.threads and Redis connected_clients are sampled once mid-run; connections received is the \
-         delta of Redis `total_connections_received` over the measured run; workers.blocked is read from \
-         `db.stats()` before and after the measured run (the delta); RSS is the varnishd child's VmRSS after the run.\n",
-        o.s2_threads, o.s2_conns, o.s2_secs, o.s2_warm
-    );
-    let _ = writeln!(r, "![S2 plot]({svg_name})\n");
-    load_table(r, rows, "column", RunCfg::column);
-    let modes = columns(rows);
-    let reps = rows.first().map_or(1, |(c, _)| c.reps);
-    if reps > 1 {
-        let _ = writeln!(
-            r,
-            "Median req/s over the {reps} repetitions: {}\n",
-            modes
-                .iter()
-                .map(|&m| {
-                    let (o, t) = (
-                        median_rps(rows, |c| c.mode == m, 0),
-                        median_rps(rows, |c| c.mode == m, 1),
-                    );
-                    format!(
-                        "{} {} / {} (×{})",
-                        m.label(),
-                        f(o, 0),
-                        f(t, 0),
-                        f(ratio(o, t), 3)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    }
-    let mut all = true;
-    let mut worst = (f64::INFINITY, String::new());
-    for &m in modes.iter().filter(|m| **m != Mode::NoRedis) {
-        let q = ratio(
-            median_rps(rows, |c| c.mode == m, 0),
-            median_rps(rows, |c| c.mode == m, 1),
-        );
-        all &= q >= 1.1;
-        if q < worst.0 {
-            worst = (q, m.label());
-        }
-    }
-    t.add(format!(
-        "S2 req/s ours ≥ 1.1 × theirs in every Redis column{} (lowest: {} at {}): {}",
-        if reps > 1 { ", medians" } else { "" },
-        f(worst.0, 3),
-        worst.1,
-        yes_no(all)
-    ));
-    let non2xx: u64 = rows.iter().map(|(_, r)| r[0].load.non2xx).sum();
-    t.add(format!(
-        "S2 zero non-2xx for ours (total {non2xx}): {}",
-        yes_no(non2xx == 0)
-    ));
-    let find = |m: Mode| {
-        rows.iter()
-            .find(|(c, _)| c.mode == m)
-            .map(|(_, r)| r[0].clone())
-    };
-    if let (Some(s10), Some(p)) = (find(Mode::Shared(10)), find(Mode::Private)) {
-        let q = ratio(
-            median_rps(rows, |c| c.mode == Mode::Shared(10), 0),
-            median_rps(rows, |c| c.mode == Mode::Private, 0),
-        );
-        t.add(format!(
-            "S2 ours shared(10) / ours private = {} (target ≥ 0.95): {}; Redis clients mid-run {} vs {}",
-            f(q, 3),
-            yes_no(q >= 0.95),
-            opt(s10.redis_clients_mid),
-            opt(p.redis_clients_mid)
-        ));
-    }
-    if let Some((_, [o, th])) = rows.iter().find(|(c, _)| c.mode == Mode::Private) {
-        t.add(format!(
-            "S2 private: Redis connections received during the run, ours {} vs theirs {} for {} / {} requests",
-            opt(o.conns_received),
-            opt(th.conns_received),
-            o.load.requests,
-            th.load.requests
-        ));
-    }
-    let rss: Vec<f64> = rows
-        .iter()
-        .filter_map(|(_, r)| Some(ratio(r[0].rss_kb? as f64, r[1].rss_kb? as f64)))
-        .collect();
-    let _ = writeln!(
-        r,
-        "RSS ours / theirs: median {} (range {} – {}).\n",
-        f(median(&rss), 2),
-        f(min_max(&rss).0, 2),
-        f(min_max(&rss).1, 2)
-    );
-}
-
-pub(crate) fn s3_section(r: &mut String, rows: &[(RunCfg, [Run; 2])], o: &Opts) {
-    let _ = writeln!(r, "## S3: connections (seed 003)\n");
-    let _ = writeln!(
-        r,
-        "The S2 load (`wrk -t{} -c{} -d{}s`) on private and shared (max_connections=10), \
-         TCP (127.0.0.1) vs UNIX socket location, `connection_ttl` 0 (keep) vs 1 s (reconnect every second). \
-         The TCP / ttl 0 rows repeat the S2 columns in a later varnishd: compare them to see the run-to-run noise.\n",
-        o.s2_threads, o.s2_conns, o.s2_secs
-    );
-    load_table(r, rows, "configuration", RunCfg::label);
-    let get = |mode: Mode, unix: bool, ttl: u32, vi: usize| {
-        median_rps(
-            rows,
-            |c| c.mode == mode && c.unix == unix && c.ttl == ttl,
-            vi,
-        )
-    };
-    let _ = writeln!(r, "| ratio | ours | theirs |");
-    let _ = writeln!(r, "|---|---:|---:|");
-    for mode in [Mode::Private, Mode::Shared(10)] {
-        for ttl in [0, 1] {
-            let _ = writeln!(
-                r,
-                "| {}, ttl {ttl}: unix / tcp | {} | {} |",
-                mode.label(),
-                f(ratio(get(mode, true, ttl, 0), get(mode, false, ttl, 0)), 3),
-                f(ratio(get(mode, true, ttl, 1), get(mode, false, ttl, 1)), 3)
-            );
-        }
-        for unix in [false, true] {
-            let _ = writeln!(
-                r,
-                "| {}, {}: ttl 1 / ttl 0 | {} | {} |",
-                mode.label(),
-                if unix { "unix" } else { "tcp" },
-                f(ratio(get(mode, unix, 1, 0), get(mode, unix, 0, 0)), 3),
-                f(ratio(get(mode, unix, 1, 1), get(mode, unix, 0, 1)), 3)
-            );
-        }
     }
     let _ = writeln!(r);
 }

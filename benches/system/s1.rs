@@ -41,9 +41,16 @@ pub(crate) fn redis_benchmark(
     kind: &str,
 ) -> Res<Vec<(f64, f64)>> {
     let mut cmd = Process::new("redis-benchmark");
-    cmd.args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "-c", "1"])
-        .args(["-n", &o.rb_requests.to_string(), "--csv"])
-        .args(extra);
+    cmd.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &redis.port().to_string(),
+        "-c",
+        "1",
+    ])
+    .args(["-n", &o.rb_requests.to_string(), "--csv"])
+    .args(extra);
     record(kind, &cmd);
     let (ok, out) = run_capture(&mut cmd, "redis-benchmark")?;
     if !ok {
@@ -131,8 +138,8 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
         secs: o.s1_secs,
         ..S1::default()
     };
-    let location = format!("127.0.0.1:{}", redis.port);
-    let sha = match redis.probe.command(&["SCRIPT", "LOAD", SCRIPT])? {
+    let location = format!("127.0.0.1:{}", redis.port());
+    let sha = match redis.probe().command(&["SCRIPT", "LOAD", SCRIPT])? {
         Resp::Bulk(Some(sha)) => sha,
         other => return Err(format!("SCRIPT LOAD: {other:?}")),
     };
@@ -157,9 +164,13 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
         ]);
         let count = o.rb_requests as usize;
         s1.rtt_blocking.push([
-            blocking_rtt(redis.port, &["SET", "foo", "Hello world!"], count)?,
-            blocking_rtt(redis.port, &["GET", "foo"], count)?,
-            blocking_rtt(redis.port, &["EVALSHA", &sha, "1", "foo", "42", "1"], count)?,
+            blocking_rtt(redis.port(), &["SET", "foo", "Hello world!"], count)?,
+            blocking_rtt(redis.port(), &["GET", "foo"], count)?,
+            blocking_rtt(
+                redis.port(),
+                &["EVALSHA", &sha, "1", "foo", "42", "1"],
+                count,
+            )?,
         ]);
         let mut per_vmod: [BTreeMap<(usize, u32), Cell>; 2] = Default::default();
         let mut sanity = [Sanity::default(); 2];
@@ -183,11 +194,11 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
                 let v = &varnishes[vi];
                 let url = format!("http://127.0.0.1:{}{}", v.port, s1_url(S1_CMDS[ci], n));
                 s1_load(o, &url, o.s1_warm, "S1 warm-up")?;
-                let conns0 = redis.probe.info("stats", "total_connections_received");
+                let conns0 = redis.probe().info("stats", "total_connections_received");
                 let cpu0 = v.cpu();
                 let load = s1_load(o, &url, o.s1_secs, "S1")?;
                 let cpu1 = v.cpu();
-                let conns1 = redis.probe.info("stats", "total_connections_received");
+                let conns1 = redis.probe().info("stats", "total_connections_received");
                 received[vi] += conns1.zip(conns0).map_or(0, |(a, b)| a - b);
                 if load.non2xx > 0 || load.socket_errors > 0 {
                     eprintln!(

@@ -24,10 +24,29 @@ impl Mode {
     }
 }
 
+/// How the VMOD reaches Redis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Transport {
+    Tcp,
+    Unix,
+    /// Ours only: the C VMOD of Debian 12 is built without TLS.
+    Tls,
+}
+
+impl Transport {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Unix => "unix",
+            Transport::Tls => "tls",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RunCfg {
     pub(crate) mode: Mode,
-    pub(crate) unix: bool,
+    pub(crate) transport: Transport,
     pub(crate) ttl: u32,
     /// Repetition (0-based) and count, with `--s2-reps`.
     pub(crate) rep: usize,
@@ -35,10 +54,10 @@ pub(crate) struct RunCfg {
 }
 
 impl RunCfg {
-    pub(crate) fn new(mode: Mode, unix: bool, ttl: u32) -> RunCfg {
+    pub(crate) fn new(mode: Mode, transport: Transport, ttl: u32) -> RunCfg {
         RunCfg {
             mode,
-            unix,
+            transport,
             ttl,
             rep: 0,
             reps: 1,
@@ -57,7 +76,7 @@ impl RunCfg {
         format!(
             "{}, {}, ttl {}{}",
             self.mode.label(),
-            if self.unix { "unix" } else { "tcp" },
+            self.transport.label(),
             self.ttl,
             self.rep_suffix()
         )
@@ -66,32 +85,41 @@ impl RunCfg {
     pub(crate) fn column(&self) -> String {
         format!("{}{}", self.mode.label(), self.rep_suffix())
     }
+
+    /// Whether the C VMOD can run it (it has no TLS here).
+    pub(crate) fn theirs_runs(&self) -> bool {
+        self.transport != Transport::Tls
+    }
 }
 
-/// The median req/s of one VMOD over the repetitions of a configuration.
-/// The req/s of one VMOD in every repetition of a configuration.
-pub(crate) fn rps_values(
-    rows: &[(RunCfg, [Run; 2])],
+/// A configuration's runs: ours, and theirs unless it cannot run it.
+pub(crate) type Row = (RunCfg, [Option<Run>; 2]);
+
+/// A figure of one VMOD in every repetition of a configuration it ran.
+pub(crate) fn values(
+    rows: &[Row],
     keep: impl Fn(&RunCfg) -> bool,
     vi: usize,
+    what: impl Fn(&Run) -> f64,
 ) -> Vec<f64> {
     rows.iter()
         .filter(|(c, _)| keep(c))
-        .map(|(_, r)| r[vi].load.rps)
+        .filter_map(|(_, r)| r[vi].as_ref().map(&what))
         .collect()
 }
 
-/// The median req/s of one VMOD over the repetitions of a configuration.
-pub(crate) fn median_rps(
-    rows: &[(RunCfg, [Run; 2])],
-    keep: impl Fn(&RunCfg) -> bool,
-    vi: usize,
-) -> f64 {
+pub(crate) fn rps_values(rows: &[Row], keep: impl Fn(&RunCfg) -> bool, vi: usize) -> Vec<f64> {
+    values(rows, keep, vi, |r| r.load.rps)
+}
+
+/// The median req/s of one VMOD over the repetitions of a configuration
+/// (NaN if it ran none).
+pub(crate) fn median_rps(rows: &[Row], keep: impl Fn(&RunCfg) -> bool, vi: usize) -> f64 {
     median(&rps_values(rows, keep, vi))
 }
 
 /// The S2 columns (modes), in the order they ran.
-pub(crate) fn columns(rows: &[(RunCfg, [Run; 2])]) -> Vec<Mode> {
+pub(crate) fn columns(rows: &[Row]) -> Vec<Mode> {
     let mut modes: Vec<Mode> = Vec::new();
     for (c, _) in rows {
         if !modes.contains(&c.mode) {
@@ -106,11 +134,58 @@ pub(crate) struct Run {
     pub(crate) load: Load,
     pub(crate) threads_mid: Option<u64>,
     pub(crate) redis_clients_mid: Option<u64>,
-    pub(crate) conns_received: Option<u64>,
+    /// Redis over the measured run: connections received, commands, CPU.
+    pub(crate) redis: Option<RedisUse>,
+    /// The same from before varnishd started to the end of the run (its
+    /// pooled connections are opened during the warm-up).
+    pub(crate) redis_life: Option<RedisUse>,
     pub(crate) blocked: Option<u64>,
     pub(crate) cmds_failed: Option<u64>,
     pub(crate) rss_kb: Option<u64>,
     pub(crate) cpu_us_per_req: f64,
+}
+
+impl Run {
+    pub(crate) fn conns_received(&self) -> Option<u64> {
+        self.redis.as_ref().map(|u| u.conns)
+    }
+
+    pub(crate) fn redis_cmds(&self) -> Option<u64> {
+        self.redis.as_ref().map(|u| u.cmds)
+    }
+
+    pub(crate) fn redis_cpu_us_per_cmd(&self) -> f64 {
+        self.redis
+            .as_ref()
+            .map_or(f64::NAN, RedisUse::cpu_us_per_cmd)
+    }
+}
+
+/// The VCL of one run: the seed's commands on fixed keys, or on
+/// per-request keys on a cluster (so that the load spreads over the masters).
+fn run_vcl(env: &Env, redis: &Redis, cfg: RunCfg, vmod: Vmod) -> Res<String> {
+    let (location, mut extra) = redis.location(cfg.transport)?;
+    let (shared, max) = match cfg.mode {
+        Mode::NoRedis | Mode::Private => (false, 1),
+        Mode::Shared(n) | Mode::Pipelined(n) => (true, n),
+    };
+    if matches!(cfg.mode, Mode::Pipelined(_)) && vmod == Vmod::Ours {
+        extra.push("pipelining=true".into());
+    }
+    let db = DbSpec {
+        location,
+        cluster: redis.cluster,
+        ttl: cfg.ttl,
+        shared,
+        max,
+        extra,
+    };
+    let keys = if redis.cluster { PER_REQUEST_KEYS } else { "" };
+    Ok(s2_vcl(
+        &env.import_line(vmod),
+        &db.vcl(),
+        (cfg.mode != Mode::NoRedis).then_some(keys),
+    ))
 }
 
 pub(crate) fn run_load(
@@ -120,21 +195,10 @@ pub(crate) fn run_load(
     cfg: RunCfg,
     vmod: Vmod,
 ) -> Res<Run> {
-    let location = if cfg.unix {
-        redis.sock.display().to_string()
-    } else {
-        format!("127.0.0.1:{}", redis.port)
-    };
-    let (shared, max) = match cfg.mode {
-        Mode::NoRedis | Mode::Private => (false, 1),
-        Mode::Shared(n) | Mode::Pipelined(n) => (true, n),
-    };
-    let pipelining = matches!(cfg.mode, Mode::Pipelined(_)) && matches!(vmod, Vmod::Ours);
-    let vcl = s2_vcl(
-        &env.import_line(vmod),
-        &db_new_pipelining(&location, cfg.ttl, shared, max, pipelining),
-        cfg.mode != Mode::NoRedis,
-    );
+    let vcl = run_vcl(env, redis, cfg, vmod)?;
+    if redis.cluster {
+        redis.flush()?;
+    }
     let label = format!(
         "s2-{}-{}{}-ttl{}",
         vmod.name(),
@@ -144,12 +208,16 @@ pub(crate) fn run_load(
             Mode::Shared(n) => format!("shared{n}"),
             Mode::Pipelined(n) => format!("pipelined{n}"),
         },
-        if cfg.unix { "-unix" } else { "" },
+        match cfg.transport {
+            Transport::Tcp => String::new(),
+            t => format!("-{}", t.label()),
+        },
         cfg.ttl
     );
+    let life0 = redis.counters();
     let mut v = Varnish::start(env, &label, &vcl)?;
     let url = format!("http://127.0.0.1:{}/", v.port);
-    let mut warm = wrk_cmd(o.s2_threads, o.s2_conns, o.s2_warm, &url);
+    let mut warm = wrk_cmd(o.pin, o.s2_threads, o.s2_conns, o.s2_warm, &url);
     record("S2 warm-up", &warm);
     let (ok, out) = run_capture(&mut warm, "wrk")?;
     if !ok {
@@ -158,18 +226,14 @@ pub(crate) fn run_load(
     let blocked0 = v
         .stats_json()
         .and_then(|json| json_number(&json, "\"workers\"", "blocked"));
-    let conns0 = redis.probe.info("stats", "total_connections_received");
+    let redis0 = redis.counters();
     let cpu0 = v.cpu();
-    let mut cmd = wrk_cmd(o.s2_threads, o.s2_conns, o.s2_secs, &url);
+    let mut cmd = wrk_cmd(o.pin, o.s2_threads, o.s2_conns, o.s2_secs, &url);
     record("S2", &cmd);
     let wrk = spawn(&mut cmd, "wrk")?;
     sleep(Duration::from_millis(u64::from(o.s2_secs) * 500));
     let threads_mid = v.varnishstat("MAIN.threads");
-    // Minus this probe's own connection.
-    let redis_clients_mid = redis
-        .probe
-        .info("clients", "connected_clients")
-        .map(|c| c.saturating_sub(1));
+    let redis_clients_mid = redis.clients();
     let out = reap(wrk)?;
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -178,7 +242,8 @@ pub(crate) fn run_load(
     }
     let load = parse_wrk(&text)?;
     let cpu1 = v.cpu();
-    let conns1 = redis.probe.info("stats", "total_connections_received");
+    let redis_use = redis0.and_then(|before| redis.usage(&before));
+    let redis_life = life0.and_then(|before| redis.usage(&before));
     let rss_kb = v.rss_kb();
     let json = v.stats_json().unwrap_or_default();
     v.stop();
@@ -187,7 +252,8 @@ pub(crate) fn run_load(
         load,
         threads_mid,
         redis_clients_mid,
-        conns_received: conns1.zip(conns0).map(|(a, b)| a - b),
+        redis: redis_use,
+        redis_life,
         blocked: json_number(&json, "\"workers\"", "blocked")
             .zip(blocked0)
             .map(|(a, b)| a.saturating_sub(b)),
@@ -196,19 +262,38 @@ pub(crate) fn run_load(
     };
     eprintln!(
         "system: {:32} {:6}: {:8.0} req/s, non-2xx {}, threads {}, redis clients {}, \
-         connections received {}, blocked {}, RSS {} kB, {:.1} us CPU/req",
+         connections received {}, blocked {}, RSS {} kB, {:.1} us CPU/req, \
+         redis {} cmds{}, {:.2} us redis CPU/cmd",
         cfg.label(),
         vmod.name(),
         run.load.rps,
         run.load.non2xx,
         opt(run.threads_mid),
         opt(run.redis_clients_mid),
-        opt(run.conns_received),
+        opt(run.conns_received()),
         opt(run.blocked),
         opt(run.rss_kb),
-        run.cpu_us_per_req
+        run.cpu_us_per_req,
+        opt(run.redis_cmds()),
+        run.redis
+            .as_ref()
+            .map_or(String::new(), |u| per_master(&u.per_master)),
+        run.redis_cpu_us_per_cmd()
     );
     Ok(run)
+}
+
+/// A cluster's commands per master: " (m0 a, m1 b, m2 c)", or nothing.
+pub(crate) fn per_master(cmds: &[u64]) -> String {
+    if cmds.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = cmds
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("m{i} {n}"))
+        .collect();
+    format!(" ({})", list.join(", "))
 }
 
 pub(crate) fn run_pairs(
@@ -216,7 +301,7 @@ pub(crate) fn run_pairs(
     env: &mut Env,
     redis: &mut Redis,
     cfgs: &[RunCfg],
-) -> Res<Vec<(RunCfg, [Run; 2])>> {
+) -> Res<Vec<Row>> {
     let mut out = Vec::new();
     for rep in 0..o.s2_reps {
         for &cfg in cfgs {
@@ -226,8 +311,12 @@ pub(crate) fn run_pairs(
                 ..cfg
             };
             let ours = run_load(o, env, redis, cfg, Vmod::Ours)?;
-            let theirs = run_load(o, env, redis, cfg, Vmod::Theirs)?;
-            out.push((cfg, [ours, theirs]));
+            let theirs = if cfg.theirs_runs() {
+                Some(run_load(o, env, redis, cfg, Vmod::Theirs)?)
+            } else {
+                None
+            };
+            out.push((cfg, [Some(ours), theirs]));
         }
     }
     Ok(out)
@@ -240,18 +329,23 @@ pub(crate) fn s2_cfgs(o: &Opts) -> Vec<RunCfg> {
         .as_ref()
         .unwrap_or(&modes)
         .iter()
-        .map(|&mode| RunCfg::new(mode, false, 0))
+        .map(|&mode| RunCfg::new(mode, Transport::Tcp, 0))
         .collect()
 }
 
+/// S3's modes; each runs over TCP and a UNIX socket with ttl 0 and 1, and
+/// over TLS (ours only) with ttl 0.
+pub(crate) const S3_MODES: [Mode; 2] = [Mode::Private, Mode::Shared(10)];
+
 pub(crate) fn s3_cfgs() -> Vec<RunCfg> {
     let mut cfgs = Vec::new();
-    for mode in [Mode::Private, Mode::Shared(10)] {
-        for unix in [false, true] {
+    for mode in S3_MODES {
+        for transport in [Transport::Tcp, Transport::Unix] {
             for ttl in [0, 1] {
-                cfgs.push(RunCfg::new(mode, unix, ttl));
+                cfgs.push(RunCfg::new(mode, transport, ttl));
             }
         }
+        cfgs.push(RunCfg::new(mode, Transport::Tls, 0));
     }
     cfgs
 }

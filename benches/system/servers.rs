@@ -1,4 +1,4 @@
-//! The processes under test: redis-server and varnishd, and their /proc figures.
+//! varnishd under test and its /proc figures (redis-server: redis.rs).
 use super::*;
 
 // /proc
@@ -29,67 +29,7 @@ pub(crate) fn cpu_seconds(pid: i32) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------
-// Redis and Varnish
-
-pub(crate) struct Redis {
-    pub(crate) child: Option<Child>,
-    pub(crate) port: u16,
-    pub(crate) sock: PathBuf,
-    pub(crate) probe: Probe,
-}
-
-impl Redis {
-    pub(crate) fn start(dir: &Path) -> Res<Redis> {
-        let sock = dir.join("redis.sock");
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = support::free_port()?;
-            let log = dir.join("redis.log");
-            let mut cmd = support::redis_server(port, dir, &log);
-            cmd.arg("--unixsocket")
-                .arg(&sock)
-                .args(["--unixsocketperm", "777"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            record("redis-server", &cmd);
-            let mut child = spawn(&mut cmd, "redis-server")?;
-            let mut probe = None;
-            let waited = wait_ready(
-                &mut child,
-                Duration::from_secs(10),
-                Duration::from_millis(50),
-                || {
-                    let Ok(mut p) = Probe::connect(port) else {
-                        return false;
-                    };
-                    let pong = matches!(p.command(&["PING"]), Ok(Resp::Simple(s)) if s == "PONG");
-                    if pong {
-                        probe = Some(p);
-                    }
-                    pong
-                },
-            );
-            if let (Waited::Ready, Some(probe)) = (waited, probe) {
-                return Ok(Redis {
-                    child: Some(child),
-                    port,
-                    sock,
-                    probe,
-                });
-            }
-            stop_child(child, "redis-server", Duration::from_secs(5));
-            last = fs::read_to_string(&log).unwrap_or_default();
-        }
-        Err(format!("redis-server did not start:\n{last}"))
-    }
-
-    pub(crate) fn stop(&mut self) {
-        if let Some(child) = self.child.take() {
-            stop_child(child, "redis-server", Duration::from_secs(10));
-        }
-    }
-}
+// Varnish
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Vmod {
@@ -110,6 +50,8 @@ pub(crate) struct Env {
     pub(crate) tmp: PathBuf,
     pub(crate) ours_so: PathBuf,
     pub(crate) seq: usize,
+    /// `--pin`: varnishd on its own CPU.
+    pub(crate) pin: bool,
 }
 
 impl Env {
@@ -145,12 +87,18 @@ impl Varnish {
             |cmd| record("varnishd", cmd),
         )
         .map_err(|e| format!("{label}: {e}"))?;
-        Ok(Varnish {
+        let v = Varnish {
             cache: varnishd.child_pid,
             port: varnishd.port,
             varnishd,
             workdir,
-        })
+        };
+        if env.pin {
+            // The manager too: a restarted child would inherit its mask.
+            pin_pid(v.varnishd.manager_pid, VARNISH_CPU)?;
+            pin_pid(v.cache, VARNISH_CPU)?;
+        }
+        Ok(v)
     }
 
     pub(crate) fn cpu(&self) -> f64 {

@@ -201,12 +201,13 @@ pub(crate) fn s1_svg(s1: &S1) -> String {
 
 /// The S2 plot: a group per column, each bar the median req/s of one VMOD
 /// over the repetitions, with a whisker from the lowest to the highest.
-pub(crate) fn s2_svg(rows: &[(RunCfg, [Run; 2])], title: &str) -> String {
+/// A configuration theirs could not run (TLS) has no theirs bar.
+pub(crate) fn s2_svg(rows: &[Row], title: &str) -> String {
     let (w, h) = (900.0, 460.0);
     let m = [40.0, 20.0, 70.0, 80.0];
     let ymax = rows
         .iter()
-        .flat_map(|(_, r)| r.iter().map(|x| x.load.rps))
+        .flat_map(|(_, r)| r.iter().flatten().map(|x| x.load.rps))
         .fold(0.0, f64::max);
     let mut svg = String::new();
     let ytop = svg_frame(&mut svg, w, h, m, title, "requests / s", ymax * 1.05);
@@ -222,6 +223,9 @@ pub(crate) fn s2_svg(rows: &[(RunCfg, [Run; 2])], title: &str) -> String {
         let mut top = 0.0_f64;
         for (vi, med) in medians.iter_mut().enumerate() {
             let values = rps_values(rows, |c| c.mode == mode, vi);
+            if values.is_empty() {
+                continue;
+            }
             let (lo, hi) = values.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| {
                 (lo.min(*v), hi.max(*v))
             });
@@ -267,10 +271,13 @@ pub(crate) fn s2_svg(rows: &[(RunCfg, [Run; 2])], title: &str) -> String {
         }
         let _ = writeln!(
             svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">×{}</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">{}</text>",
             gx + group / 2.0,
             y(top) - 5.0,
-            f(ratio(medians[0], medians[1]), 2)
+            match ratio(medians[0], medians[1]) {
+                q if q.is_finite() => format!("×{}", f(q, 2)),
+                _ => "theirs n/a".to_owned(),
+            }
         );
         let label = mode.label();
         let (l1, l2) = label.split_once(' ').unwrap_or((&label, ""));

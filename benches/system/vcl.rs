@@ -3,28 +3,52 @@ use super::*;
 
 // VCL
 
-pub(crate) fn db_new(location: &str, ttl: u32, shared: bool, max: u32) -> String {
-    db_new_pipelining(location, ttl, shared, max, false)
+/// `redis.db()` of the workloads.
+pub(crate) struct DbSpec {
+    pub(crate) location: String,
+    /// `type=cluster` (and redirections followed), else `type=master`.
+    pub(crate) cluster: bool,
+    pub(crate) ttl: u32,
+    pub(crate) shared: bool,
+    pub(crate) max: u32,
+    /// Arguments only ours gets (`pipelining=true`, TLS).
+    pub(crate) extra: Vec<String>,
 }
 
-/// `redis.db()` of the S2 / S3 VCL; `pipelining` adds the [ext] argument
-/// (ours only: the C VMOD has no such argument).
-pub(crate) fn db_new_pipelining(
-    location: &str,
-    ttl: u32,
-    shared: bool,
-    max: u32,
-    pipelining: bool,
-) -> String {
-    let pipelining = if pipelining {
-        ",\n        pipelining=true"
-    } else {
-        ""
-    };
-    format!(
-        "    new db = redis.db(
+impl DbSpec {
+    pub(crate) fn master(location: &str, ttl: u32, shared: bool, max: u32) -> DbSpec {
+        DbSpec {
+            location: location.to_owned(),
+            cluster: false,
+            ttl,
+            shared,
+            max,
+            extra: Vec::new(),
+        }
+    }
+
+    pub(crate) fn vcl(&self) -> String {
+        let DbSpec {
+            location,
+            ttl,
+            shared,
+            max,
+            ..
+        } = self;
+        let (kind, hops) = if self.cluster {
+            ("cluster", 16)
+        } else {
+            ("master", 0)
+        };
+        let extra: String = self
+            .extra
+            .iter()
+            .map(|a| format!(",\n        {a}"))
+            .collect();
+        format!(
+            "    new db = redis.db(
         location=\"{location}\",
-        type=master,
+        type={kind},
         connection_timeout=500,
         connection_ttl={ttl},
         command_timeout=0,
@@ -33,9 +57,10 @@ pub(crate) fn db_new_pipelining(
         max_connections={max},
         password=\"\",
         sickness_ttl=0,
-        max_cluster_hops=0{pipelining});
+        max_cluster_hops={hops}{extra});
 "
-    )
+        )
+    }
 }
 
 /// Seed 001's blocks (no reply checks), one command each.
@@ -106,7 +131,7 @@ sub vcl_synth {{
 
 /// Seed 001's VCL with every cell in it, selected by URL.
 pub(crate) fn s1_vcl(import: &str, location: &str) -> String {
-    let mut v = vcl_head(import, &db_new(location, 0, false, 1));
+    let mut v = vcl_head(import, &DbSpec::master(location, 0, false, 1).vcl());
     v.push_str(
         " elsif (req.url == \"/s1/0\") {
         synthetic(\"\");
@@ -135,12 +160,17 @@ pub(crate) fn s1_vcl(import: &str, location: &str) -> String {
     v
 }
 
-/// Seed 000's VCL: SET + GET + EVAL with the reply checks, or no command.
-pub(crate) fn s2_vcl(import: &str, db: &str, commands: bool) -> String {
-    let body = if commands {
+/// What the S2 VCL appends to the seed's keys "foo" and "bar" on a
+/// cluster: a key per request, spread over the masters' slots.
+pub(crate) const PER_REQUEST_KEYS: &str = " + req.xid";
+
+/// Seed 000's VCL: SET + GET + EVAL with the reply checks, the keys
+/// followed by `keys` (`""`: the seed's), or no command (`None`).
+pub(crate) fn s2_vcl(import: &str, db: &str, keys: Option<&str>) -> String {
+    let body = if let Some(keys) = keys {
         format!(
             "        db.command(\"SET\");
-        db.push(\"foo\");
+        db.push(\"foo\"{keys});
         db.push(\"Hello world!\");
         db.execute(true);
         if (!db.reply_is_status()) {{
@@ -150,7 +180,7 @@ pub(crate) fn s2_vcl(import: &str, db: &str, commands: bool) -> String {
         db.free();
 
         db.command(\"GET\");
-        db.push(\"foo\");
+        db.push(\"foo\"{keys});
         db.execute(true);
         if (!db.reply_is_string()) {{
             std.syslog(6, \"501\");
@@ -161,7 +191,7 @@ pub(crate) fn s2_vcl(import: &str, db: &str, commands: bool) -> String {
         db.command(\"EVAL\");
         db.push({{\"{SCRIPT}\"}});
         db.push(\"1\");
-        db.push(\"bar\");
+        db.push(\"bar\"{keys});
         db.push(req.xid);
         db.push(\"1\");
         db.execute(true);
