@@ -108,7 +108,8 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
             "**On a Redis Cluster** of 3 masters x 1 replica (formed by tests/support/cluster.rs; \
              slots 0-5460, 5461-10922, 10923-16383), both VMODs with `type=cluster`, \
              `max_cluster_hops=16`, the seed node m0 as `location`; a shared pool's `max_connections` is per \
-             server. The seed's fixed keys \"foo\" and \"bar\" would put the whole load on one \
+             server; private mode gets `max_connections=3` (the budget of each worker thread across the \
+             servers, in both VMODs: one connection per master). The seed's fixed keys \"foo\" and \"bar\" would put the whole load on one \
              or two masters, so the keys here are per request (`\"foo\" + req.xid`, \
              `\"bar\" + req.xid`) and spread over the three; FLUSHALL on the masters before \
              each varnishd (those keys pile up otherwise). Redis CPU and commands are the \
@@ -139,7 +140,7 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
                 "import redis;",
                 &DbSpec {
                     cluster: true,
-                    ..DbSpec::master("127.0.0.1:SEED_PORT", 0, false, 1)
+                    ..DbSpec::master("127.0.0.1:SEED_PORT", 0, false, 3)
                 }
                 .vcl(),
                 Some(PER_REQUEST_KEYS)

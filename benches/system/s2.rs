@@ -166,6 +166,10 @@ impl Run {
 fn run_vcl(env: &Env, redis: &Redis, cfg: RunCfg, vmod: Vmod) -> Res<String> {
     let (location, mut extra) = redis.location(cfg.transport)?;
     let (shared, max) = match cfg.mode {
+        // Private connections are a budget per worker thread across the
+        // servers (both VMODs): on a cluster, one per master, else each
+        // command to another master than the last would reconnect.
+        Mode::NoRedis | Mode::Private if redis.cluster => (false, 3),
         Mode::NoRedis | Mode::Private => (false, 1),
         Mode::Shared(n) | Mode::Pipelined(n) => (true, n),
     };
