@@ -201,6 +201,8 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
         .port()
         .to_string();
     let redis = RedisProcess::start(&[
+        "--bind",
+        "127.0.0.1",
         "--tls-port",
         &port,
         "--tls-cert-file",
