@@ -67,6 +67,16 @@ impl Drop for RedisProcess {
     }
 }
 
+/// A TCP port free on 127.0.0.1 right now, as text for a command line
+/// (for the few tests that need TCP: TLS, a cluster bus).
+pub fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string()
+}
+
 /// The server (or client) program the tests run: `$VAR` when set (e.g.
 /// `REDIS_SERVER=valkey-server`), else `default`.
 fn program(var: &str, default: &str) -> String {

@@ -311,11 +311,7 @@ mod tests {
 
         // A cluster node (no slots needed for READONLY) whose bus port is
         // free: the default, its port + 10000, is not with `--port 0`.
-        let bus = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
-            .to_string();
+        let bus = crate::testing::free_port();
         let redis = RedisProcess::start(&["--cluster-enabled", "yes", "--cluster-port", &bus]);
         let config = |role| {
             DbConfig::from_args(&DbArgs {

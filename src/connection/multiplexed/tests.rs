@@ -195,11 +195,7 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
     use crate::tls::{Tls, TlsArgs};
 
     let files = material("mux-stack");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
+    let port = crate::testing::free_port();
     let redis = RedisProcess::start(&[
         "--bind",
         "127.0.0.1",
