@@ -151,6 +151,12 @@ pub struct Server {
     /// not answered `ROLE` yet (or its answer may be stale), hence the
     /// atomic.
     role: AtomicU8,
+    /// What Sentinel last said this server is (unknown until it speaks).
+    /// Sentinel decides failovers: a server it calls a replica that still
+    /// answers `ROLE` as a master (an old master restarted, or not yet
+    /// reconfigured) is about to be demoted, and writes sent to it would
+    /// be discarded then. See [`Server::role_answered`].
+    sentinel_role: AtomicU8,
     /// `ROLE` was refused (an ACL user without it): logged once.
     role_refused: AtomicBool,
     /// Shared mode: the pool of connections to this server.
@@ -173,6 +179,7 @@ impl Server {
             weight,
             declared,
             role: AtomicU8::new(ROLE_UNKNOWN),
+            sentinel_role: AtomicU8::new(ROLE_UNKNOWN),
             role_refused: AtomicBool::new(false),
             pool,
         };
@@ -220,12 +227,33 @@ impl Server {
     }
 
     pub fn set_role(&self, role: Role) {
-        let value = match role {
-            Role::Master => ROLE_MASTER,
-            Role::Slave => ROLE_SLAVE,
-            Role::Auto | Role::Cluster => ROLE_UNKNOWN,
+        self.role.store(role_code(role), Ordering::Relaxed);
+    }
+
+    /// Sentinel's verdict on this server's role: it becomes the role, and
+    /// later `ROLE` answers may demote the server but not promote it
+    /// against this verdict (see [`role_answered`](Self::role_answered)).
+    pub(crate) fn set_role_by_sentinel(&self, role: Role) {
+        self.sentinel_role.store(role_code(role), Ordering::Relaxed);
+        self.set_role(role);
+    }
+
+    /// Records what the server answered to `ROLE` and returns the role it
+    /// is given: the answer, except that a server Sentinel calls a replica
+    /// stays one whatever it says of itself. An old master that restarts
+    /// answers `master` until Sentinel reconfigures it (about a second),
+    /// and the writes it took meanwhile would vanish when it turns replica;
+    /// a promotion counts once Sentinel announces it.
+    pub(crate) fn role_answered(&self, answered: Role) -> Role {
+        let role = if answered == Role::Master
+            && self.sentinel_role.load(Ordering::Relaxed) == ROLE_SLAVE
+        {
+            Role::Slave
+        } else {
+            answered
         };
-        self.role.store(value, Ordering::Relaxed);
+        self.set_role(role);
+        role
     }
 
     /// The server's location as logs and stats show it.
@@ -244,6 +272,14 @@ impl Server {
         self.pool
             .as_ref()
             .map_or(0, |pool| pool.commands_in_flight())
+    }
+}
+
+fn role_code(role: Role) -> u8 {
+    match role {
+        Role::Master => ROLE_MASTER,
+        Role::Slave => ROLE_SLAVE,
+        Role::Auto | Role::Cluster => ROLE_UNKNOWN,
     }
 }
 

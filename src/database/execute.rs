@@ -268,14 +268,14 @@ impl Database {
                     }
                 }
                 reply => {
-                    if let Some(role) = role_from_reply(&reply) {
+                    if let Some(answered) = role_from_reply(&reply) {
                         let before = server.role();
+                        let role = server.role_answered(answered);
                         if before != Role::Auto && before != role {
                             // A failover: the other servers' roles are
                             // stale too (the replica promoted, ...).
                             self.roles_changed(server, debug);
                         }
-                        server.set_role(role);
                         if role == Role::Slave && master_only {
                             return Ok(Outcome::NotAMaster);
                         }

@@ -275,9 +275,7 @@ impl Database {
         let reply = conn
             .request(ROLE, probe_step(self.config.command_timeout))
             .ok()?;
-        let role = role_from_reply(&reply)?;
-        server.set_role(role);
-        Some(role)
+        Some(server.role_answered(role_from_reply(&reply)?))
     }
 
     /// Renders the counters as `.stats()` shows them: the C VMOD's output

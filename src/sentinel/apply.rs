@@ -70,8 +70,9 @@ impl Knowledge {
 
     fn apply_role(dbs: &[Arc<Database>], addr: &str, role: Role, log: &mut Vec<String>) {
         each_server(dbs, addr, |db, server| {
-            if server.role() != role {
-                server.set_role(role);
+            let before = server.role();
+            server.set_role_by_sentinel(role);
+            if before != role {
                 log.push(format!("db {}: {addr} is now {role}", db.name()));
             }
         });
@@ -273,6 +274,66 @@ mod tests {
         let log = knowledge.on_event(&event(Down::Subjective, false), &dbs);
         assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
         assert_eq!(log, ["db a: 127.0.0.1:7001 up again"]);
+    }
+
+    /// An old master still answering `ROLE` as a master (restarted, not yet
+    /// reconfigured by Sentinel) is not given writes once Sentinel has
+    /// switched: reads that reach it on new connections must not promote it.
+    #[test]
+    fn a_role_answer_does_not_promote_a_server_sentinel_demoted() {
+        use crate::command::Command;
+        use crate::database::TaskConnection;
+        use crate::testing::RedisProcess;
+        // Two masters: `old` still says master, as an old master does
+        // before Sentinel reconfigures it.
+        let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+        let (old_addr, new_addr) = (old.location(), new.location());
+        let dbs = [db("a", &[(&old_addr, Role::Auto), (&new_addr, Role::Auto)])];
+        let mut knowledge = Knowledge::new(1, false);
+        knowledge.on_event(
+            &Event::SwitchMaster {
+                name: "main".into(),
+                old: old_addr.clone(),
+                new: new_addr.clone(),
+            },
+            &dbs,
+        );
+        let run = |args: &[&str], master: bool| {
+            let mut command = Command::new(args[0].as_bytes());
+            for arg in &args[1..] {
+                command.push(arg.as_bytes());
+            }
+            dbs[0].execute(
+                &mut command,
+                master,
+                &mut TaskConnection::default(),
+                &mut |_| {},
+            )
+        };
+        // Several threads (each has its own rotation over the servers), each
+        // command on a new connection (ROLE is asked on each).
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let run = &run;
+                let dbs = &dbs;
+                scope.spawn(move || {
+                    for i in 0..10 {
+                        run(&["GET", "k"], false).expect("read");
+                        dbs[0].close_idle();
+                        let key = format!("w{thread}-{i}");
+                        run(&["SET", &key, "v"], true).expect("write");
+                        dbs[0].close_idle();
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            old.cli(&["DBSIZE"]).trim(),
+            "0",
+            "writes reached the demoted master"
+        );
+        assert_eq!(new.cli(&["DBSIZE"]).trim(), "40");
+        assert_eq!(state(&dbs[0], &old_addr), Some((Role::Slave, false)));
     }
 
     #[test]
