@@ -566,3 +566,55 @@ fn a_server_that_refuses_command_leaves_the_fallback() {
     assert!(commands.model().source.starts_with("built-in"));
     assert_eq!(request(&mut conn, &["PING"]), Reply::Status("PONG".into()));
 }
+
+const REDIS_80_RESP2: &[u8] = include_bytes!("captures/redis-8.0-resp2.resp");
+const REDIS_80_RESP3: &[u8] = include_bytes!("captures/redis-8.0-resp3.resp");
+const VALKEY_81_RESP2: &[u8] = include_bytes!("captures/valkey-8.1-resp2.resp");
+const VALKEY_81_RESP3: &[u8] = include_bytes!("captures/valkey-8.1-resp3.resp");
+
+/// What Redis 8.0 and Valkey 8.1 add to Redis 7.0 and is not a plain
+/// sharable command: new `CLIENT` subcommands change the connection, the
+/// vector set commands are a module's (Redis 8.0), admin commands stay
+/// off shared connections.
+#[test]
+fn redis_80_and_valkey_81_read_in_both_protocols() {
+    let base = redis_70().names();
+    for (what, two, three, want) in [
+        (
+            "redis 8.0",
+            REDIS_80_RESP2,
+            REDIS_80_RESP3,
+            "CLIENT|NO-TOUCH=Changes CLIENT|SETINFO=Changes VADD=None VCARD=None VDIM=None \
+             VEMB=None VGETATTR=None VINFO=None VISMEMBER=None VLINKS=None VRANDMEMBER=None \
+             VREM=None VSETATTR=None VSIM=None",
+        ),
+        (
+            "valkey 8.1",
+            VALKEY_81_RESP2,
+            VALKEY_81_RESP3,
+            "CLIENT|CAPA=Changes CLIENT|IMPORT-SOURCE=Changes CLIENT|NO-TOUCH=Changes \
+             CLIENT|SETINFO=Changes COMMANDLOG=None COMMANDLOG|GET=None COMMANDLOG|LEN=None \
+             COMMANDLOG|RESET=None",
+        ),
+    ] {
+        let described = read(two);
+        assert_eq!(described, read(three), "{what}");
+        let model = Model::build(what.into(), described);
+        let mut unshared = Vec::new();
+        for name in model.names().iter().filter(|name| !base.contains(name)) {
+            let command = by_name(name);
+            let found = model.find(&command);
+            assert!(!found.waits_forever(&command), "{name}");
+            if !found.shares(&command) {
+                unshared.push(format!("{name}={:?}", found.effect()));
+            }
+        }
+        unshared.sort();
+        assert_eq!(unshared, names(want), "{what}");
+        // A new keyed command, by its key specification.
+        let getex = cmd(&["HGETEX", "h", "EX", "10", "FIELDS", "1", "f"]);
+        if what == "redis 8.0" {
+            assert_eq!(model.find(&getex).keys(&getex), [&b"h"[..]]);
+        }
+    }
+}
