@@ -17,7 +17,7 @@
 
 mod cluster;
 pub mod command;
-mod commands;
+pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod database;

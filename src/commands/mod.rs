@@ -21,5 +21,27 @@ pub(crate) use decide::{Effect, WAITS_FOREVER};
 pub(crate) use keys::CROSSSLOT;
 pub(crate) use learn::Commands;
 
+/// The per-command decisions of the standalone path on the fallback
+/// model (effect, whether it may wait for ever, whether it may share a
+/// connection): for `benches/micro.rs` (`commands/*`), which measures
+/// what the model costs each command.
+#[doc(hidden)]
+pub fn decide_for_bench(command: &crate::command::Command) -> bool {
+    let found = bench_commands().find(command);
+    found.effect() == Effect::None && !found.waits_forever(command) && found.shares(command)
+}
+
+/// The cluster slot of `command` on the fallback model: for
+/// `benches/micro.rs`.
+#[doc(hidden)]
+pub fn slot_for_bench(command: &crate::command::Command) -> Option<u16> {
+    bench_commands().find(command).slot(command).ok().flatten()
+}
+
+fn bench_commands() -> &'static Commands {
+    static COMMANDS: std::sync::OnceLock<Commands> = std::sync::OnceLock::new();
+    COMMANDS.get_or_init(Commands::default)
+}
+
 #[cfg(test)]
 mod tests;
