@@ -8,6 +8,9 @@
 //!
 //! * `command/*`: RESP packing of the commands the seeds send
 //!   (src/command.rs), `EVAL` rewritten as `EVALSHA` (SHA-1 included).
+//! * `commands/*`: the command model's lookup and decisions
+//!   (src/commands/): `decide_*` is what each command pays on the
+//!   standalone path, `slot_*` the key extraction of a cluster command.
 //! * `reply/*`: RESP parsing straight into a `Reply` (`resp::scan` +
 //!   `resp::build`, src/connection/resp.rs) and `Reply::text()`
 //!   (src/reply.rs).
@@ -105,6 +108,42 @@ fn bench_command(c: &mut Criterion) {
             }
             black_box(c.packed().len())
         })
+    });
+    g.finish();
+}
+
+/// The command model's lookup and decisions per command
+/// (src/commands/): what every command pays for them.
+fn bench_commands(c: &mut Criterion) {
+    use vmod_redis::commands::{decide_for_bench, slot_for_bench};
+    let mut g = c.benchmark_group("commands");
+    let get = {
+        let mut c = Command::new(b"get");
+        c.push(b"foo");
+        c
+    };
+    g.bench_function("decide_get", |b| {
+        b.iter(|| black_box(decide_for_bench(black_box(&get))))
+    });
+    let eval = eval_command();
+    g.bench_function("decide_eval", |b| {
+        b.iter(|| black_box(decide_for_bench(black_box(&eval))))
+    });
+    let mut client = Command::new(b"CLIENT");
+    client.push(b"getname");
+    g.bench_function("decide_client_getname", |b| {
+        b.iter(|| black_box(decide_for_bench(black_box(&client))))
+    });
+    g.bench_function("slot_get", |b| {
+        b.iter(|| black_box(slot_for_bench(black_box(&get))))
+    });
+    let mut mset = Command::new(b"MSET");
+    for i in 0..8 {
+        mset.push(format!("{{t}}k{i}").as_bytes());
+        mset.push(b"v");
+    }
+    g.bench_function("slot_mset_8_keys", |b| {
+        b.iter(|| black_box(slot_for_bench(black_box(&mset))))
     });
     g.finish();
 }
@@ -350,6 +389,7 @@ fn bench_stats(c: &mut Criterion) {
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_command(&mut c);
+    bench_commands(&mut c);
     bench_reply(&mut c);
     bench_stats(&mut c);
     match Redis::start() {

@@ -17,6 +17,7 @@
 
 mod cluster;
 pub mod command;
+pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod database;

@@ -1,14 +1,12 @@
 //! Redis Cluster, the parts that need no server: which slot a key hashes
-//! to, which argument of a command is its key, the slot map read from
+//! to (a command's keys are found by `src/commands/`), the slot map read from
 //! `CLUSTER SLOTS`, and the `MOVED` / `ASK` redirections. The database
 //! uses them in `src/database/cluster.rs` (routing and redirections) and
 //! `src/database/discovery.rs` (reading and applying the map).
-mod key;
 mod map;
 mod redirect;
 mod slot;
 
-pub(crate) use key::{command_key, is_script};
 pub(crate) use map::{parse_slots, SlotMap};
 pub(crate) use redirect::{redirection, Redirection};
 pub(crate) use slot::key_slot;

@@ -9,8 +9,9 @@ use super::discovery::{host_of, Cluster, Refresh};
 use super::execute::{rotation, within};
 use super::lease::{Lease, TaskConnection};
 use super::{Database, Note};
-use crate::cluster::{command_key, is_script, key_slot, redirection, Redirection};
+use crate::cluster::{redirection, Redirection};
 use crate::command::Command;
+use crate::commands::{Effect, CROSSSLOT};
 use crate::config::Role;
 use crate::connection::resp::ProtocolError;
 use crate::connection::{Connection, Failure};
@@ -18,7 +19,6 @@ use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
 use crate::server::Server;
-use crate::session::Effect;
 use crate::stats::Counter;
 use crate::topology::Topology;
 
@@ -55,8 +55,15 @@ impl Database {
     ) -> Result<Reply> {
         // Scripts are writes for Redis Cluster: a replica would redirect
         // every one of them (the C VMOD forces master=true too).
-        let master_only = master || self.config.ignore_slaves || is_script(command);
-        let slot = command_key(command).map(key_slot);
+        let found = self.commands.find(command);
+        let master_only = master || self.config.ignore_slaves || found.master_only();
+        // The slot of all its keys; keys in different slots get Redis's
+        // own error, without a round trip (counted as a reply, an error).
+        let Ok(slot) = found.slot(command) else {
+            self.stats.inc(Counter::CommandsTotal);
+            self.stats.inc(Counter::CommandsError);
+            return Ok(Reply::Error(CROSSSLOT.into()));
+        };
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
             max => max,
@@ -395,10 +402,15 @@ mod tests {
     }
 
     fn routed(topology: &Topology, key: Option<&[u8]>, master_only: bool, attempt: u32) -> String {
-        route(topology, key.map(key_slot), master_only, attempt)
-            .unwrap()
-            .location()
-            .to_string()
+        route(
+            topology,
+            key.map(crate::cluster::key_slot),
+            master_only,
+            attempt,
+        )
+        .unwrap()
+        .location()
+        .to_string()
     }
 
     #[test]

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use super::lease::{Lease, Pinned, RequestError, TaskConnection};
 use super::{Database, Note, ROLE};
 use crate::command::{Command, MAX_COMMAND_BYTES};
+use crate::commands::{Effect, WAITS_FOREVER};
 use crate::config::Role;
 use crate::connection::Failure;
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
-use crate::session::{self, Effect};
 use crate::stats::Counter;
 
 /// What one attempt on one server gave. (Large, but moved once per
@@ -99,9 +99,13 @@ impl Database {
                 limit: MAX_COMMAND_BYTES,
             });
         }
-        let effect = session::effect(command);
+        let found = self.commands.find(command);
+        let effect = found.effect();
         let refused = match effect {
             Effect::Refused(reason) => Err(Error::Refused { reason }),
+            _ if timeout.is_none() && found.waits_forever(command) => Err(Error::Refused {
+                reason: WAITS_FOREVER,
+            }),
             _ => task.session.admit(effect).map_err(Error::Lost),
         };
         if let Err(err) = refused {

@@ -13,7 +13,7 @@ use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::server::Server;
-use crate::session::{self, Session};
+use crate::session::Session;
 use crate::stats::{Counter, Stats};
 
 /// A way to run requests on one server for one command: a whole
@@ -250,7 +250,7 @@ impl Database {
         if let Some(pool) = &server.pool {
             let multiplexed = pool
                 .multiplexed(rotation())
-                .filter(|_| may_multiplex && session::may_share_connection(command));
+                .filter(|_| may_multiplex && self.commands.find(command).shares(command));
             if let Some(mux) = multiplexed {
                 return Ok(Lease::Multiplexed(MuxLease {
                     db: self,
@@ -358,12 +358,16 @@ impl Database {
             .config
             .connection_timeout
             .or(self.config.command_timeout);
-        match server
-            .connector
-            .connect_within(&self.stats, within(timeout, deadline))
-        {
-            Ok(conn) => {
+        let timeout = within(timeout, deadline);
+        match server.connector.connect_within(&self.stats, timeout) {
+            Ok(mut conn) => {
                 server.health.connect_succeeded();
+                // The server's command table, at its first connection (and
+                // after a failure): one request, bounded as the connect.
+                // If it breaks the connection, a fresh one is opened.
+                if self.commands.learn(server, &mut conn, timeout).is_err() {
+                    conn = server.connector.connect_within(&self.stats, timeout)?;
+                }
                 Ok(conn)
             }
             Err(err) => {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::commands::Commands;
 use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
 use crate::connection::private::PrivateConnections;
 use crate::connection::shared::SharedPool;
@@ -58,6 +59,8 @@ pub struct Database {
     private: Option<Arc<PrivateConnections>>,
     /// `type=cluster`: the seeds and the discovery of the slot map.
     cluster: Option<Cluster>,
+    /// The command model its servers gave (`src/commands/`).
+    commands: Commands,
 }
 
 mod cluster;
@@ -99,6 +102,7 @@ impl Database {
             stats: Arc::new(stats),
             subnets,
             servers: Servers::default(),
+            commands: Commands::default(),
         };
         if let Some(location) = db.config.location.clone() {
             db.add_server(&location, db.config.role)?;

@@ -1,0 +1,126 @@
+//! The decisions about one command, all read from the model: what it does
+//! to its connection ([`Effect`]), whether it may share a multiplexed
+//! connection, whether it may wait for ever, and whether it must go to a
+//! master. Keys and slots are in `keys.rs`.
+use super::builtin::Blocking;
+use super::model::{Entry, Found};
+use super::parse::flag;
+use crate::command::Command;
+
+/// What a command does to its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Nothing that outlives its reply: most commands.
+    None,
+    /// Transaction commands: see `Session::after_reply`.
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
+    /// Changes the connection for later commands (database, user,
+    /// protocol, name...): the task keeps it to its end, then it is closed.
+    Changes,
+    /// `RESET`: ends the transaction, and changes the connection as above.
+    Reset,
+    /// `QUIT`: the server closes the connection after its reply.
+    Quit,
+    /// Can never work with one reply per command: refused before sending,
+    /// for the reason given.
+    Refused(&'static str),
+}
+
+/// Whether `entry` (named `full`, `PARENT|SUB` for a subcommand) may go
+/// on a connection other workers' commands share at once: only when the
+/// model knows it replies exactly once and leaves nothing on the
+/// connection. Known to the server, no effect, not blocking (an `XREAD`
+/// without `BLOCK` is checked per command), not `admin` (`DEBUG SLEEP`,
+/// `SHUTDOWN`, `CLIENT PAUSE`...), not a module's (the model cannot tell
+/// how it replies), not Pub/Sub but for `PUBLISH`, `SPUBLISH` and the
+/// `PUBSUB` introspection subcommands, and not a container without its
+/// subcommand. Unknown or doubtful: an ordinary connection.
+pub(super) fn may_share(full: &[u8], entry: &Entry) -> bool {
+    let pubsub_ok = entry.flags & flag::PUBSUB == 0
+        || full.eq_ignore_ascii_case(b"PUBLISH")
+        || full.eq_ignore_ascii_case(b"SPUBLISH")
+        || full.starts_with(b"PUBSUB|");
+    entry.known
+        && entry.effect == Effect::None
+        && entry.flags & (flag::ADMIN | flag::MODULE) == 0
+        && pubsub_ok
+        && matches!(entry.blocking, Blocking::No | Blocking::WithKeyword(_))
+        && entry.subcommands.is_empty()
+}
+
+/// Why a command is refused when nothing bounds its wait.
+pub(crate) const WAITS_FOREVER: &str = "it may block for ever (a blocking command with no timeout \
+     of its own, or one whose timeout is not known), and this database has no command_timeout: \
+     give the command a timeout, or set command_timeout or .timeout()";
+
+/// A blocking timeout argument that means "for ever": 0 (as a number:
+/// `0`, `0.0`...). Anything else the server either honours or refuses.
+fn is_zero(arg: Option<&[u8]>) -> bool {
+    arg.and_then(|arg| std::str::from_utf8(arg).ok())
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        == Some(0.0)
+}
+
+impl Found<'_> {
+    /// What the command does to its connection. An unknown command does
+    /// nothing the model knows of; a container without a known
+    /// subcommand has its own rule (every unknown `CLIENT` subcommand
+    /// changes the connection).
+    pub(crate) fn effect(&self) -> Effect {
+        self.entry.map_or(Effect::None, |entry| entry.effect)
+    }
+
+    /// Whether `command` may go on a multiplexed connection ([ext]
+    /// `pipelining=true`): see [`may_share`].
+    pub(crate) fn shares(&self, command: &Command) -> bool {
+        let Some(entry) = self.entry.filter(|_| !self.container_only) else {
+            return false;
+        };
+        entry.shares
+            && match entry.blocking {
+                Blocking::WithKeyword(keyword) => !command
+                    .args()
+                    .any(|arg| arg.eq_ignore_ascii_case(keyword.as_bytes())),
+                _ => true,
+            }
+    }
+
+    /// Whether `command` may never reply when nothing bounds its wait: a
+    /// blocking command whose own timeout is 0, or whose timeout the model
+    /// cannot find (a module's blocking command). Refused then, with
+    /// [`WAITS_FOREVER`], as no worker may wait past a deadline and
+    /// there is none. (`REPLCONF`, which never replies, is refused anyway.)
+    pub(crate) fn waits_forever(&self, command: &Command) -> bool {
+        let Some(entry) = self.entry.filter(|_| !self.container_only) else {
+            return false;
+        };
+        match entry.blocking {
+            Blocking::No => false,
+            Blocking::Yes { timeout_at: None } => true,
+            Blocking::Yes {
+                timeout_at: Some(at),
+            } => {
+                let index = if at < 0 {
+                    command.arg_count().checked_sub(at.unsigned_abs())
+                } else {
+                    Some(at.unsigned_abs())
+                };
+                is_zero(index.and_then(|index| command.arg(index)))
+            }
+            Blocking::WithKeyword(keyword) => {
+                let mut args = command.args();
+                args.any(|arg| arg.eq_ignore_ascii_case(keyword.as_bytes())) && is_zero(args.next())
+            }
+        }
+    }
+
+    /// Sent to a master whatever the `master` argument (`EVAL`,
+    /// `EVALSHA`, `FCALL`).
+    pub(crate) fn master_only(&self) -> bool {
+        self.entry.is_some_and(|entry| entry.master)
+    }
+}

@@ -1,0 +1,193 @@
+//! Reading a server's own command table, and sharing it.
+//!
+//! Models are process-wide, one per server version (`redis 7.0.15`,
+//! `valkey 8.1.1`): the table is the same for every server of one version,
+//! so a cluster's nodes, the servers of several databases and every VCL
+//! reload share one read of `COMMAND` (about 90 KB on Redis 7.0). Each
+//! database points at the model of the server it last learnt; its
+//! servers are normally one version, and during a rolling upgrade the
+//! commands both versions know mean the same. (Modules: a server's module
+//! commands reach the model of its version; a server of that version
+//! without the module gets "unknown command" for them anyway, and a
+//! module command unknown to the model takes an ordinary connection.)
+//!
+//! The model is learnt at a server's first connection, and again at the
+//! first new connection after the server failed (it may have come back as
+//! another version): `INFO server` says the version, one round trip on
+//! that connection only; `COMMAND` is read only for a version no model has
+//! yet. A server that refuses either (an ACL user without them, renamed
+//! commands) leaves the database on its model, the built-in fallback at
+//! first. Both requests are bounded by the connection's deadline.
+//!
+//! The command path reads the database's model with one atomic load: the
+//! models live in a fixed array of write-once cells ([`MAX_MODELS`]), so
+//! no lock and no reference count is taken per command. Past
+//! [`MAX_MODELS`] versions in one process, a new version keeps the model
+//! its database has.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::model::{Found, Model};
+use super::parse::parse_command_reply;
+use crate::command::Command;
+use crate::connection::{Connection, Failure};
+use crate::reply::Reply;
+use crate::server::Server;
+
+/// Distinct server versions one process keeps a model of; cell 0 is the
+/// fallback.
+pub(crate) const MAX_MODELS: usize = 16;
+
+static MODELS: [OnceLock<Model>; MAX_MODELS] = [const { OnceLock::new() }; MAX_MODELS];
+
+/// The version of the model in cell `i + 1`. Locked only to add one.
+static VERSIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+const COMMAND: &[u8] = b"*1\r\n$7\r\nCOMMAND\r\n";
+
+fn model_at(index: usize) -> &'static Model {
+    match MODELS.get(index).and_then(OnceLock::get) {
+        Some(model) => model,
+        None => MODELS[0].get_or_init(Model::fallback),
+    }
+}
+
+/// The cell of `version`'s model, if one was read.
+fn registered(version: &str) -> Option<usize> {
+    let versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    versions.iter().position(|v| v == version).map(|i| i + 1)
+}
+
+/// Stores `model` for `version` (unless another database just did), and
+/// returns its cell; `None` when every cell is taken.
+fn register(version: &str, model: Model) -> Option<usize> {
+    let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = versions.iter().position(|v| v == version) {
+        return Some(i + 1);
+    }
+    let index = versions.len() + 1;
+    MODELS.get(index)?.set(model).ok()?;
+    versions.push(version.to_string());
+    Some(index)
+}
+
+/// `redis 7.0.15`, `valkey 8.1.1`... from an `INFO server` reply.
+pub(crate) fn version_of(info: &Reply) -> Option<String> {
+    let text = match info {
+        Reply::String(bytes) => std::str::from_utf8(bytes).ok()?,
+        Reply::Status(text) => text,
+        _ => return None,
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let server = field("server_name").unwrap_or("redis");
+    let version = field(&format!("{server}_version")).or(field("redis_version"))?;
+    Some(format!("{server} {version}"))
+}
+
+/// A database's view of the model: which one it uses, and when each of
+/// its servers was last asked its version.
+#[derive(Default)]
+pub(crate) struct Commands {
+    current: AtomicUsize,
+    /// By server id. Touched on new connections only.
+    checked: Mutex<HashMap<u32, Instant>>,
+}
+
+impl Commands {
+    /// The model in use: one atomic load.
+    pub(crate) fn model(&self) -> &'static Model {
+        model_at(self.current.load(Ordering::Relaxed))
+    }
+
+    /// `command` looked up in the model in use.
+    pub(crate) fn find(&self, command: &Command) -> Found<'static> {
+        self.model().find(command)
+    }
+
+    /// On a new connection to `server`: learns the server's model unless
+    /// its version was checked since its last failure (see the module
+    /// documentation). Each request within `timeout`. A failure leaves
+    /// `conn` broken, and the next connection tries again.
+    pub(crate) fn learn(
+        &self,
+        server: &Server,
+        conn: &mut Connection,
+        timeout: Option<Duration>,
+    ) -> Result<(), Failure> {
+        {
+            let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            if checked
+                .get(&server.id)
+                .is_some_and(|at| !server.health.outdates(*at))
+            {
+                return Ok(());
+            }
+            checked.insert(server.id, Instant::now());
+        }
+        let learnt = self.read(conn, timeout);
+        if learnt.is_err() {
+            let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            checked.remove(&server.id);
+        }
+        learnt
+    }
+
+    fn read(&self, conn: &mut Connection, timeout: Option<Duration>) -> Result<(), Failure> {
+        let Some(version) = version_of(&conn.request(INFO_SERVER, timeout)?) else {
+            return Ok(());
+        };
+        if self.model().source == version {
+            return Ok(());
+        }
+        let index = match registered(&version) {
+            Some(index) => Some(index),
+            None => match parse_command_reply(&conn.request(COMMAND, timeout)?) {
+                Ok(described) => register(&version, Model::build(version.clone(), described)),
+                // Refused (`NOPERM`, renamed): keep what is in use.
+                Err(_) => None,
+            },
+        };
+        if let Some(index) = index {
+            self.current.store(index, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_of_redis_and_valkey() {
+        let info = |text: &str| Reply::String(text.as_bytes().to_vec());
+        assert_eq!(
+            version_of(&info(
+                "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
+            )),
+            Some("redis 7.0.15".into())
+        );
+        assert_eq!(
+            version_of(&info(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n"
+            )),
+            Some("valkey 8.1.1".into())
+        );
+        assert_eq!(version_of(&info("# Server\r\n")), None);
+        assert_eq!(version_of(&Reply::Error("NOPERM".into())), None);
+    }
+
+    #[test]
+    fn before_any_connection_the_fallback_is_used() {
+        let commands = Commands::default();
+        assert!(commands.model().source.starts_with("built-in"));
+        assert!(commands.find(&Command::new(b"get")).entry.is_some());
+    }
+}

@@ -1,0 +1,246 @@
+//! The command model: every command a server knows (from its `COMMAND`
+//! reply, or the built-in fallback), each with the built-in rules
+//! (`builtin.rs`) folded in and its decisions worked out once, when the
+//! model is built. Looking a command up is a binary search on its
+//! upper-case name (compared in place: no copy), then on its subcommand
+//! for a container (`CLIENT`, `CONFIG`...).
+use std::cmp::Ordering;
+
+use super::builtin::{self, Blocking, KeyRule, Rule};
+use super::decide::Effect;
+use super::parse::{flag, Described, KeySpec};
+use crate::command::Command;
+
+/// One command or subcommand.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// Upper case; a subcommand's own part (`SETNAME`).
+    pub(crate) name: Box<[u8]>,
+    /// In the server's table (else only a built-in rule names it).
+    pub(crate) known: bool,
+    pub(crate) flags: u16,
+    pub(crate) key_specs: Box<[KeySpec]>,
+    /// Sorted by name.
+    pub(crate) subcommands: Box<[Entry]>,
+    pub(crate) effect: Effect,
+    pub(crate) blocking: Blocking,
+    pub(crate) keys: KeyRule,
+    pub(crate) master: bool,
+    /// May go on a multiplexed connection (for [`Blocking::WithKeyword`]:
+    /// when the keyword is absent). See `decide.rs`.
+    pub(crate) shares: bool,
+}
+
+/// The commands of one server version.
+#[derive(Debug)]
+pub(crate) struct Model {
+    /// What the model was read from (`redis 7.0.15`, `fallback`...).
+    pub(crate) source: String,
+    /// Sorted by name.
+    commands: Box<[Entry]>,
+}
+
+/// What a lookup found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found<'m> {
+    /// The command, or its subcommand; `None`: unknown to the model.
+    pub(crate) entry: Option<&'m Entry>,
+    /// `entry` is a container whose subcommand is missing or unknown.
+    pub(crate) container_only: bool,
+}
+
+/// `stored` (upper case) against `given` (any case), as upper case.
+fn compare(stored: &[u8], given: &[u8]) -> Ordering {
+    let common = stored.len().min(given.len());
+    for (s, g) in stored[..common].iter().zip(&given[..common]) {
+        match s.cmp(&g.to_ascii_uppercase()) {
+            Ordering::Equal => {}
+            other => return other,
+        }
+    }
+    stored.len().cmp(&given.len())
+}
+
+fn search<'m>(entries: &'m [Entry], name: &[u8]) -> Option<&'m Entry> {
+    entries
+        .binary_search_by(|entry| compare(&entry.name, name))
+        .ok()
+        .map(|at| &entries[at])
+}
+
+impl Model {
+    /// The model of a server's `described` commands, with the built-in
+    /// rules (a rule for a command the server does not list still
+    /// applies: `REPLCONF` is refused whatever the table says).
+    pub(crate) fn build(source: String, described: Vec<Described>) -> Model {
+        let mut commands: Vec<Entry> = described
+            .into_iter()
+            .map(|d| entry(d, builtin::rule, None))
+            .collect();
+        for (name, _) in builtin::RULES {
+            let (top, sub) = match name.split_once('|') {
+                Some((top, sub)) => (top, Some(sub)),
+                None => (*name, None),
+            };
+            let at = match commands.iter().position(|e| &*e.name == top.as_bytes()) {
+                Some(at) => at,
+                None => {
+                    commands.push(unknown(top.as_bytes(), None));
+                    commands.len() - 1
+                }
+            };
+            if let Some(sub) = sub {
+                let parent = &mut commands[at];
+                if !parent
+                    .subcommands
+                    .iter()
+                    .any(|e| &*e.name == sub.as_bytes())
+                {
+                    let parent_rule = builtin::rule(top.as_bytes());
+                    let mut subs = std::mem::take(&mut parent.subcommands).into_vec();
+                    let mut added = unknown(sub.as_bytes(), Some(top.as_bytes()));
+                    if added.effect == Effect::None {
+                        added.effect = parent_rule.map_or(Effect::None, |r| r.effect);
+                    }
+                    subs.push(added);
+                    subs.sort_by(|a, b| a.name.cmp(&b.name));
+                    parent.subcommands = subs.into();
+                }
+            }
+        }
+        commands.sort_by(|a, b| a.name.cmp(&b.name));
+        commands.dedup_by(|a, b| a.name == b.name);
+        Model {
+            source,
+            commands: commands.into(),
+        }
+    }
+
+    /// The model used before a server's own is read.
+    pub(crate) fn fallback() -> Model {
+        Model::build("built-in (Redis 7.0.15)".into(), builtin::fallback())
+    }
+
+    /// The entry of `command`: one binary search on its name, one more on
+    /// its first argument for a container. No allocation.
+    pub(crate) fn find(&self, command: &Command) -> Found<'_> {
+        let Some(top) = search(&self.commands, command.name()) else {
+            return Found {
+                entry: None,
+                container_only: false,
+            };
+        };
+        if top.subcommands.is_empty() {
+            return Found {
+                entry: Some(top),
+                container_only: false,
+            };
+        }
+        match command
+            .first_arg()
+            .and_then(|sub| search(&top.subcommands, sub))
+        {
+            Some(sub) => Found {
+                entry: Some(sub),
+                container_only: false,
+            },
+            None => Found {
+                entry: Some(top),
+                container_only: true,
+            },
+        }
+    }
+
+    /// Every command and subcommand (`PARENT|SUB`), for tests and sweeps.
+    #[cfg(test)]
+    pub(crate) fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for top in self.commands.iter() {
+            let name = String::from_utf8_lossy(&top.name).into_owned();
+            for sub in top.subcommands.iter() {
+                names.push(format!("{name}|{}", String::from_utf8_lossy(&sub.name)));
+            }
+            names.push(name);
+        }
+        names
+    }
+}
+
+/// An entry for a name only a built-in rule knows.
+fn unknown(name: &[u8], parent: Option<&[u8]>) -> Entry {
+    let full = match parent {
+        Some(parent) => [parent, b"|", name].concat(),
+        None => name.to_vec(),
+    };
+    let rule = builtin::rule(&full).unwrap_or(RULE_NONE);
+    let mut entry = with_rule(
+        &full,
+        Described {
+            name: name.into(),
+            arity: 0,
+            flags: 0,
+            key_specs: Vec::new(),
+            subcommands: Vec::new(),
+        },
+        rule,
+        Vec::new(),
+    );
+    entry.known = false;
+    entry.shares = false;
+    entry
+}
+
+const RULE_NONE: Rule = Rule {
+    effect: Effect::None,
+    blocking: None,
+    keys: KeyRule::Specs,
+    master: false,
+};
+
+/// `described`, with its rule: its own, else its parent's.
+fn entry(
+    mut described: Described,
+    rule_of: fn(&[u8]) -> Option<Rule>,
+    parent: Option<(&[u8], Rule)>,
+) -> Entry {
+    let full = match parent {
+        Some((parent, _)) => [parent, b"|", &described.name].concat(),
+        None => described.name.to_vec(),
+    };
+    let rule = rule_of(&full)
+        .or(parent.map(|(_, rule)| rule))
+        .unwrap_or(RULE_NONE);
+    let mut subcommands: Vec<Entry> = std::mem::take(&mut described.subcommands)
+        .into_iter()
+        .map(|sub| entry(sub, rule_of, Some((&full, rule))))
+        .collect();
+    subcommands.sort_by(|a, b| a.name.cmp(&b.name));
+    subcommands.dedup_by(|a, b| a.name == b.name);
+    with_rule(&full, described, rule, subcommands)
+}
+
+/// The entry of `described` (`full`: its name, `PARENT|SUB` for a
+/// subcommand) under `rule`, its decisions worked out.
+fn with_rule(full: &[u8], described: Described, rule: Rule, subcommands: Vec<Entry>) -> Entry {
+    let blocking = rule
+        .blocking
+        .unwrap_or(if described.flags & flag::BLOCKING != 0 {
+            Blocking::Yes { timeout_at: None }
+        } else {
+            Blocking::No
+        });
+    let mut entry = Entry {
+        name: described.name,
+        known: true,
+        flags: described.flags,
+        key_specs: described.key_specs.into(),
+        subcommands: subcommands.into(),
+        effect: rule.effect,
+        blocking,
+        keys: rule.keys,
+        master: rule.master,
+        shares: false,
+    };
+    entry.shares = super::decide::may_share(full, &entry);
+    entry
+}
