@@ -14,7 +14,7 @@ use crate::command::Command;
 use crate::config::Role;
 use crate::connection::resp::ProtocolError;
 use crate::connection::{Connection, Failure};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry, ServerError};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
 use crate::server::Server;
@@ -30,12 +30,6 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// Redirections followed when `max_cluster_hops` is 0 ("no limit"): a
 /// cluster whose nodes disagree for good must not hold a worker forever.
 const UNLIMITED_HOPS: u32 = 1024;
-
-/// An error reply that the retry count covers: the cluster is resharding
-/// (`TRYAGAIN`, multi-key commands) or not serving (`CLUSTERDOWN`).
-fn cluster_busy(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(text) if text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN"))
-}
 
 impl Database {
     /// Runs `command` on the cluster node that serves its key (any node
@@ -123,10 +117,15 @@ impl Database {
                         return Err(err);
                     }
                 };
-            let Reply::Error(text) = &reply else {
+            let retry = ServerError::of_reply(&reply).map(ServerError::retry);
+            let (Some(retry), Reply::Error(text)) = (retry, &reply) else {
                 return Ok(self.settle(reply, effect, lease, &server, task));
             };
-            if let Some(redirection) = redirection(text, host_of(server.location())) {
+            let redirect = match retry {
+                Retry::Redirect => redirection(text, host_of(server.location())),
+                _ => None,
+            };
+            if let Some(redirection) = redirect {
                 drop(lease);
                 let (to, ask) = match redirection {
                     Redirection::Moved { to, .. } => {
@@ -161,7 +160,7 @@ impl Database {
                 target = Some((next, ask));
                 continue;
             }
-            if cluster_busy(&reply) && failed < retries {
+            if retry == Retry::Again && failed < retries {
                 failed += 1;
                 self.stats.inc(Counter::CommandsRetried);
                 if self.config.debug {
@@ -434,15 +433,5 @@ mod tests {
         assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
         topology.servers.clear();
         assert!(route(&topology, Some(0), true, 0).is_none());
-    }
-
-    #[test]
-    fn busy_replies() {
-        assert!(cluster_busy(&Reply::Error("TRYAGAIN Multiple keys".into())));
-        assert!(cluster_busy(&Reply::Error(
-            "CLUSTERDOWN The cluster is down".into()
-        )));
-        assert!(!cluster_busy(&Reply::Error("ERR x".into())));
-        assert!(!cluster_busy(&Reply::Status("TRYAGAIN".into())));
     }
 }

@@ -10,7 +10,7 @@ use super::{Database, Note, ROLE};
 use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::Role;
 use crate::connection::Failure;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry, ServerError};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
@@ -56,12 +56,6 @@ pub(super) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Op
             Some(timeout.map_or(left, |timeout| timeout.min(left)))
         }
     }
-}
-
-/// An error reply saying the server's role is not what routing thought:
-/// a write to a demoted master, or a replica cut from its master.
-fn says_role_changed(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(text) if text.starts_with("READONLY") || text.starts_with("MASTERDOWN"))
 }
 
 impl Database {
@@ -192,8 +186,23 @@ impl Database {
             let outcome = self.attempt(command, server, master_only, timeout, deadline, debug);
             match outcome {
                 Ok(Outcome::Reply(reply, lease)) => {
-                    if says_role_changed(&reply) {
-                        self.roles_changed(server, debug);
+                    match ServerError::of_reply(&reply).map(ServerError::retry) {
+                        Some(Retry::RolesChanged) => self.roles_changed(server, debug),
+                        Some(Retry::Again) if failed < retries => {
+                            // Not run (LOADING): the next candidate may serve it.
+                            drop(lease);
+                            failed += 1;
+                            self.stats.inc(Counter::CommandsRetried);
+                            if let (true, Reply::Error(text)) = (self.config.debug, &reply) {
+                                let text = format!(
+                                    "{} replied {text}; retrying on the next candidate",
+                                    server.location(),
+                                );
+                                debug(Note::Debug(&text));
+                            }
+                            continue;
+                        }
+                        _ => {}
                     }
                     return Ok(self.settle(reply, effect, lease, server, task));
                 }
@@ -257,9 +266,7 @@ impl Database {
                 // An ACL user without +role, or ROLE renamed away: it will
                 // never answer, so fall back for good. (Other errors, such
                 // as LOADING, leave the role to the next connection.)
-                Reply::Error(text)
-                    if text.starts_with("NOPERM") || text.starts_with("ERR unknown command") =>
-                {
+                Reply::Error(text) if ServerError::of(&text).retry() == Retry::Refused => {
                     if server.role_refused() {
                         debug(Note::Warning(&format!(
                             "ROLE refused by {} ({text}): taken as a master",
@@ -374,7 +381,7 @@ impl Database {
         match evalsha {
             Some(evalsha) => {
                 match self.request(lease, server, &evalsha, within(timeout, deadline))? {
-                    Reply::Error(text) if text.starts_with("NOSCRIPT") => {
+                    Reply::Error(text) if ServerError::of(&text).retry() == Retry::AsScript => {
                         self.stats.inc(Counter::CommandsNoscript);
                         self.request(lease, server, command.packed(), within(timeout, deadline))
                     }
