@@ -335,6 +335,55 @@ impl Database {
 mod tests {
     use super::*;
 
+    /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
+    /// `MOVED`) is one server: same id, no new one counted.
+    #[test]
+    fn a_node_however_spelled_is_one_server() {
+        use crate::cluster::redirection;
+        use crate::config::{DbArgs, DbConfig};
+        use crate::reply::Reply;
+
+        let config = DbConfig::from_args(&DbArgs {
+            location: "[::1]:7000",
+            role: "cluster",
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let db = Database::new("c", config).expect("database");
+        db.add_server(&"Redis-B.example:7001".parse().unwrap(), Role::Cluster)
+            .unwrap();
+        let ids = |db: &Database| -> Vec<(String, u32)> {
+            let topology = db.topology();
+            let servers = topology.servers.iter();
+            servers.map(|s| (s.location().to_string(), s.id)).collect()
+        };
+        let before = ids(&db);
+        assert_eq!(before.len(), 2);
+        let node = |host: &str, port| {
+            Reply::Array(vec![
+                Reply::String(host.as_bytes().to_vec()),
+                Reply::Integer(port),
+            ])
+        };
+        let range = |start, end, master| {
+            Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
+        };
+        let reply = Reply::Array(vec![
+            range(0, 8191, node("0:0:0:0:0:0:0:1", 7000)),
+            range(8192, 16383, node("REDIS-B.EXAMPLE", 7001)),
+        ]);
+        db.apply_slots(parse_slots(&reply, "::1").unwrap());
+        assert_eq!(ids(&db), before, "the seeds' servers serve the slots");
+        let Some(crate::cluster::Redirection::Moved { to, .. }) =
+            redirection("MOVED 9000 Redis-b.Example:7001", "::1")
+        else {
+            panic!("a MOVED");
+        };
+        assert_eq!(db.cluster_node(&to).unwrap().id, before[1].1);
+        assert_eq!(ids(&db), before);
+        assert_eq!(db.stats().get(Counter::ServersTotal), 2);
+    }
+
     #[test]
     fn hosts_of_locations() {
         assert_eq!(host_of("127.0.0.1:7000"), "127.0.0.1");
