@@ -37,6 +37,12 @@ pub enum Error {
     Refused { reason: &'static str },
     #[error("more than {max} cluster redirections (max_cluster_hops); the last: {last}")]
     TooManyRedirections { max: u32, last: String },
+    #[error(
+        "no cluster slot map until the next discovery (at most one a second); the last failed: {last}"
+    )]
+    NoSlotMap { last: std::sync::Arc<str> },
+    #[error("no cluster slot map: gave up after {waited_ms} ms waiting for the discovery another worker runs")]
+    DiscoveryWait { waited_ms: u128 },
     #[error("not sent: {0}")]
     Lost(crate::session::Lost),
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::discovery::{host_of, Cluster, Refresh};
+use super::discovery::{host_of, Cluster};
 use super::execute::{rotation, within};
 use super::lease::{Lease, TaskConnection};
 use super::{Database, Note};
@@ -55,7 +55,13 @@ impl Database {
             0 => UNLIMITED_HOPS,
             max => max,
         };
-        let (mut topology, mut seen) = self.topology_with_slots(cluster, deadline, debug);
+        let (mut topology, mut seen) = match self.topology_with_slots(cluster, deadline, debug) {
+            Ok(known) => known,
+            Err(err) => {
+                self.stats.inc(Counter::CommandsFailed);
+                return Err(err);
+            }
+        };
         // One discovery per command at most: a MOVED on each hop must not
         // mean a discovery on each hop.
         let mut refreshed = false;
@@ -100,7 +106,7 @@ impl Database {
                         // slots went before the next attempt.
                         if !refreshed {
                             refreshed = true;
-                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
+                            self.refresh_slots(cluster, seen, deadline, debug);
                             seen = cluster.generation();
                             topology = self.topology();
                         }
@@ -112,7 +118,7 @@ impl Database {
                         // MOVED from a node that is gone, a failover is
                         // learnt only this way.
                         if !refreshed {
-                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
+                            self.refresh_slots(cluster, seen, deadline, debug);
                         }
                         return Err(err);
                     }
@@ -127,14 +133,14 @@ impl Database {
             };
             if let Some(redirection) = redirect {
                 drop(lease);
-                let (to, ask) = match redirection {
-                    Redirection::Moved { to, .. } => {
+                let (to, ask, moved_slot) = match redirection {
+                    Redirection::Moved { slot, to } => {
                         self.stats.inc(Counter::ClusterRepliesMoved);
-                        (to, false)
+                        (to, false, slot)
                     }
-                    Redirection::Ask { to, .. } => {
+                    Redirection::Ask { slot, to } => {
                         self.stats.inc(Counter::ClusterRepliesAsk);
-                        (to, true)
+                        (to, true, slot)
                     }
                 };
                 hops += 1;
@@ -145,9 +151,12 @@ impl Database {
                         last: text.clone(),
                     });
                 }
-                if !ask && !refreshed {
+                // A MOVED to where the map already puts the slot (the
+                // command was routed by another argument than its key, or
+                // a write went to a replica) says nothing new.
+                if !ask && !refreshed && !map_agrees(&topology, moved_slot, &to) {
                     refreshed = true;
-                    self.refresh_slots(cluster, seen, Refresh::Moved, deadline, debug);
+                    self.refresh_slots(cluster, seen, deadline, debug);
                     seen = cluster.generation();
                     topology = self.topology();
                 }
@@ -238,6 +247,13 @@ impl Database {
             Err(failure) => Err(self.failed(server, failure, false, timeout)),
         }
     }
+}
+
+/// Whether `topology`'s map has `slot` on the master at `location`.
+fn map_agrees(topology: &Topology, slot: u16, location: &str) -> bool {
+    let shard = topology.slots.as_ref().and_then(|map| map.shard_of(slot));
+    let master = shard.and_then(|shard| topology.servers.get(shard.master));
+    master.is_some_and(|master| master.location() == location)
 }
 
 /// The node for a command on `slot` (`None`: no key) on attempt `attempt`
@@ -421,6 +437,20 @@ mod tests {
         // A sick replica: its master first.
         topology.servers[3].health.mark_failed();
         assert_eq!(routed(&topology, Some(b"foo"), false, 0), "127.0.0.1:7001");
+    }
+
+    #[test]
+    fn a_moved_agrees_with_the_map_when_it_names_the_slot_master() {
+        let mut topology = topology();
+        assert!(map_agrees(&topology, 0, "127.0.0.1:7000"));
+        assert!(map_agrees(&topology, 16383, "127.0.0.1:7001"));
+        assert!(!map_agrees(&topology, 0, "127.0.0.1:7001"));
+        assert!(
+            !map_agrees(&topology, 0, "127.0.0.1:7002"),
+            "the replica is not where a MOVED sends"
+        );
+        topology.slots = None;
+        assert!(!map_agrees(&topology, 0, "127.0.0.1:7000"));
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! Cluster mode: reading the slot map from a node (`CLUSTER SLOTS`) and
 //! making its nodes the servers of the database. A discovery runs when the
-//! first command needs the map, and again after a `MOVED` or a failed
-//! attempt, once per change: workers that see the same change while
-//! another one is already at it (or has done it since) do not start one.
+//! first command needs the map, and again after a `MOVED` that the map
+//! does not agree with or a failed attempt: at most once per
+//! [`DISCOVERY_INTERVAL`], whatever asks for it, and once per change:
+//! workers that see the same change while another one is already at it
+//! (or has done it since) do not start one. Without a map (none could be
+//! read), commands fail at once with the last discovery's error until the
+//! interval allows the next one.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +18,7 @@ use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
 use crate::connection::Connector;
+use crate::error::{Error, Result};
 use crate::server::{Health, Server};
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
@@ -24,18 +29,27 @@ const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
 
-/// Least time between two discoveries that failed attempts ask for: while
-/// a master is down, every command to it fails until its replica takes
-/// over, and each reading the map again would only add load.
-const FAILURE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Least time between two discoveries of a database, whatever asks for
+/// them (documented in vmod.vcc, `type=cluster`): while a master is down,
+/// or the map cannot be read, or nodes disagree, every command would ask
+/// for one, and each would only add load (and connections) to a cluster
+/// in trouble.
+pub(super) const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What makes a worker read the map again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Refresh {
-    /// A `MOVED` reply: the map changed.
-    Moved,
-    /// A failed attempt: the node may have left (a failover).
-    Failure,
+/// When the last discovery ended, and its error if it found no map.
+#[derive(Default)]
+struct LastDiscovery {
+    ended: Option<Instant>,
+    error: Option<Arc<str>>,
+}
+
+impl LastDiscovery {
+    /// Whether another discovery may start at `now`.
+    fn interval_over(&self, now: Instant) -> bool {
+        self.ended.map_or(true, |ended| {
+            now.saturating_duration_since(ended) >= DISCOVERY_INTERVAL
+        })
+    }
 }
 
 /// What a cluster database keeps besides its servers.
@@ -45,9 +59,8 @@ pub(crate) struct Cluster {
     /// no known master answers (they stay seeds when the map leaves them
     /// out).
     seeds: Mutex<Vec<Location>>,
-    /// Held by the one worker running a discovery; when the last one
-    /// ended.
-    discovery: Mutex<Option<Instant>>,
+    /// Held by the one worker running a discovery.
+    discovery: Mutex<LastDiscovery>,
     /// Discoveries run so far: a worker that saw a `MOVED` on the map of
     /// generation `g` starts one only if the generation is still `g`.
     generation: AtomicU64,
@@ -73,53 +86,65 @@ pub(super) fn host_of(location: &str) -> &str {
 }
 
 impl Database {
-    /// The topology with a slot map, and the generation it is at least:
-    /// the first command of a cluster database waits for the discovery
-    /// (one worker runs it, the others wait for its outcome). After a
-    /// failed discovery the topology has no map, and commands go to any
-    /// node, which redirects them.
+    /// The topology with a slot map, and the generation it is at least.
+    /// Without a map, one worker runs a discovery (if the interval
+    /// allows) while the others wait for its outcome, each until its own
+    /// `deadline` at most; when there is still no map, the command fails
+    /// with the last discovery's error.
     pub(super) fn topology_with_slots(
         &self,
         cluster: &Cluster,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
-    ) -> (Arc<Topology>, u64) {
+    ) -> Result<(Arc<Topology>, u64)> {
         // The generation first: a discovery swaps the topology before it
         // moves the generation, so this topology is at least that recent.
         let seen = cluster.generation();
         let topology = self.topology();
         if topology.slots.is_some() {
-            return (topology, seen);
+            return Ok((topology, seen));
         }
-        let mut last = cluster.discovery.lock();
-        if cluster.generation() == seen {
-            self.discover(cluster, deadline, debug);
-            *last = Some(Instant::now());
+        let waiting = Instant::now();
+        let last = match deadline {
+            Some(deadline) => cluster.discovery.try_lock_until(deadline),
+            None => Some(cluster.discovery.lock()),
+        };
+        let Some(mut last) = last else {
+            return Err(Error::DiscoveryWait {
+                waited_ms: waiting.elapsed().as_millis(),
+            });
+        };
+        if cluster.generation() == seen && last.interval_over(Instant::now()) {
+            self.discover(cluster, &mut last, deadline, debug);
         }
         let seen = cluster.generation();
-        (self.topology(), seen)
+        let topology = self.topology();
+        if topology.slots.is_some() {
+            return Ok((topology, seen));
+        }
+        let last = last.error.clone();
+        Err(Error::NoSlotMap {
+            last: last.unwrap_or_else(|| "no discovery yet".into()),
+        })
     }
 
-    /// After a `MOVED` or a failed attempt on the map of generation
-    /// `seen`: a discovery, unless one is running or ran since (or, after
-    /// a failure, ran less than [`FAILURE_REFRESH_INTERVAL`] ago).
+    /// After a `MOVED` the map does not agree with, or a failed attempt,
+    /// on the map of generation `seen`: a discovery, unless one is running
+    /// or ran since, or the last one ended less than
+    /// [`DISCOVERY_INTERVAL`] ago. Never waits.
     pub(super) fn refresh_slots(
         &self,
         cluster: &Cluster,
         seen: u64,
-        why: Refresh,
         deadline: Option<Instant>,
         debug: &mut dyn FnMut(Note),
     ) {
         let Some(mut last) = cluster.discovery.try_lock() else {
             return;
         };
-        let recent = last.is_some_and(|at| at.elapsed() < FAILURE_REFRESH_INTERVAL);
-        if cluster.generation() != seen || (why == Refresh::Failure && recent) {
-            return;
+        if cluster.generation() == seen && last.interval_over(Instant::now()) {
+            self.discover(cluster, &mut last, deadline, debug);
         }
-        self.discover(cluster, deadline, debug);
-        *last = Some(Instant::now());
     }
 
     /// Asks the known masters (healthy ones first), then the seeds, for
@@ -127,7 +152,27 @@ impl Database {
     /// gives slots to a master found sick (a node that has not heard of a
     /// failover yet) is kept only if no other node gives a better one.
     /// Counted in `cluster.discoveries.*`.
-    fn discover(&self, cluster: &Cluster, deadline: Option<Instant>, debug: &mut dyn FnMut(Note)) {
+    /// Runs with the discovery lock held (`last`), and records its end.
+    fn discover(
+        &self,
+        cluster: &Cluster,
+        last: &mut LastDiscovery,
+        deadline: Option<Instant>,
+        debug: &mut dyn FnMut(Note),
+    ) {
+        let error = self.read_slots(cluster, deadline, debug).err();
+        *last = LastDiscovery {
+            ended: Some(Instant::now()),
+            error,
+        };
+    }
+
+    fn read_slots(
+        &self,
+        cluster: &Cluster,
+        deadline: Option<Instant>,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<(), Arc<str>> {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
         let now = Instant::now();
         let topology = self.topology();
@@ -189,7 +234,7 @@ impl Database {
                 }
                 Ok(map) => {
                     self.use_slots(cluster, &asked, map, debug);
-                    return;
+                    return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
             }
@@ -197,7 +242,7 @@ impl Database {
         if let Some((asked, map)) = stale {
             // The best there is: the sick master may be back.
             self.use_slots(cluster, &asked, map, debug);
-            return;
+            return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
         // on without a map rather than all trying again.
@@ -209,6 +254,7 @@ impl Database {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
         debug(Note::Warning(&text));
+        Err(text.into())
     }
 
     fn use_slots(
