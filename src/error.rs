@@ -43,6 +43,8 @@ pub enum Error {
     NoSlotMap { last: std::sync::Arc<str> },
     #[error("no cluster slot map: gave up after {waited_ms} ms waiting for the discovery another worker runs")]
     DiscoveryWait { waited_ms: u128 },
+    #[error("MULTI, held back until this command chose the node, refused by {server}: {reply}; the transaction is lost")]
+    MultiRefused { server: String, reply: String },
     #[error("not sent: {0}")]
     Lost(crate::session::Lost),
 }

@@ -26,6 +26,9 @@ use crate::topology::Topology;
 /// connection that sent it, and redirects them otherwise.
 const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+/// `MULTI`, packed: sent held back, before the command that decides the
+/// node of the transaction.
+const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 
 /// Redirections followed when `max_cluster_hops` is 0 ("no limit"): a
 /// cluster whose nodes disagree for good must not hold a worker forever.
@@ -47,9 +50,46 @@ impl Database {
         task: &mut TaskConnection,
         debug: &mut dyn FnMut(Note),
     ) -> Result<Reply> {
+        // A transaction's node is decided by its first command (see
+        // `held_reply`): the task holds a `MULTI` not sent yet.
+        let multi = task.session.in_multi();
+        if let Some(reply) = held_reply(effect, multi) {
+            self.stats.inc(Counter::CommandsTotal);
+            task.session.after_reply(effect, &reply);
+            return Ok(reply);
+        }
+        let result = self.execute_routed(
+            cluster, command, effect, master, multi, timeout, retries, deadline, task, debug,
+        );
+        if multi && result.is_err() {
+            // Not queued: the EXEC must not run the rest (Redis would
+            // abort it too), and the MULTI may have gone with a
+            // connection. Later commands fail until the task ends it.
+            task.session.lose();
+        }
+        result
+    }
+
+    /// [`execute_cluster`](Self::execute_cluster) past the held
+    /// transaction commands; `multi`: a `MULTI` is held, sent first.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_routed(
+        &self,
+        cluster: &Cluster,
+        command: &mut Command,
+        effect: Effect,
+        master: bool,
+        multi: bool,
+        timeout: Option<Duration>,
+        retries: u32,
+        deadline: Option<Instant>,
+        task: &mut TaskConnection,
+        debug: &mut dyn FnMut(Note),
+    ) -> Result<Reply> {
         // Scripts are writes for Redis Cluster: a replica would redirect
-        // every one of them (the C VMOD forces master=true too).
-        let master_only = master || self.config.ignore_slaves || is_script(command);
+        // every one of them (the C VMOD forces master=true too). A
+        // transaction runs on the master.
+        let master_only = master || self.config.ignore_slaves || is_script(command) || multi;
         let slot = command_key(command).map(key_slot);
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
@@ -91,9 +131,13 @@ impl Database {
                     server.location()
                 )));
             }
-            let (reply, lease) =
-                match self.cluster_attempt(command, &server, asking, timeout, deadline) {
+            let (reply, mut lease) =
+                match self.cluster_attempt(command, &server, asking, multi, timeout, deadline) {
                     Ok(answer) => answer,
+                    Err(err @ Error::MultiRefused { .. }) => {
+                        self.stats.inc(Counter::CommandsFailed);
+                        return Err(err);
+                    }
                     Err(err) if failed < retries => {
                         self.stats.inc(Counter::CommandsFailed);
                         self.stats.inc(Counter::CommandsRetried);
@@ -131,6 +175,12 @@ impl Database {
                 Retry::Redirect => redirection(text, host_of(server.location())),
                 _ => None,
             };
+            if multi && (redirect.is_some() || retry == Retry::Again && failed < retries) {
+                // Its connection holds the MULTI, and a transaction the
+                // server marked failed: closed, the next attempt sends
+                // MULTI again.
+                lease.retire();
+            }
             if let Some(redirection) = redirect {
                 drop(lease);
                 let (to, ask, moved_slot) = match redirection {
@@ -188,11 +238,14 @@ impl Database {
     /// One attempt on `server`: `READONLY` first on a replica's connection
     /// that has not had it, `ASKING` first after an `ASK` (then the
     /// command as is: `EVALSHA` then `EVAL` would need a second `ASKING`).
+    /// `multi`: `MULTI` first (after `ASKING`, which lasts through a
+    /// transaction), on an ordinary connection, which the task keeps.
     fn cluster_attempt<'a>(
         &'a self,
         command: &mut Command,
         server: &'a Server,
         asking: bool,
+        multi: bool,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<(Reply, Lease<'a>)> {
@@ -202,13 +255,25 @@ impl Database {
         // `ASKING` would let that one in instead. `ASK` only comes during
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
-        let mut lease = self.lease(server, command, !asking, deadline)?;
+        let mut lease = self.lease(server, command, !asking && !multi, deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
             self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
         }
-        let reply = if asking {
+        if asking {
             self.request(&mut lease, server, ASKING, within(timeout, deadline))?;
+        }
+        if multi {
+            if let Reply::Error(text) =
+                self.request(&mut lease, server, MULTI, within(timeout, deadline))?
+            {
+                return Err(Error::MultiRefused {
+                    server: server.location().to_string(),
+                    reply: text,
+                });
+            }
+        }
+        let reply = if asking {
             self.request(
                 &mut lease,
                 server,
@@ -216,7 +281,7 @@ impl Database {
                 within(timeout, deadline),
             )?
         } else {
-            self.send(&mut lease, server, command, timeout, deadline, false)?
+            self.send(&mut lease, server, command, timeout, deadline, multi)?
         };
         Ok((reply, lease))
     }
@@ -246,6 +311,20 @@ impl Database {
             }
             Err(failure) => Err(self.failed(server, failure, false, timeout)),
         }
+    }
+}
+
+/// The reply to a transaction command that is not sent, as Redis would
+/// give it. A `MULTI` has no key to choose a node by: it is held back
+/// (`OK`, the task's session in the transaction, no connection kept),
+/// and sent first on the node of the next command, by its key, or any
+/// master for a keyless one (`multi` then: one is held). An `EXEC` or
+/// `DISCARD` right after it has nothing to end on any node.
+fn held_reply(effect: Effect, multi: bool) -> Option<Reply> {
+    match (effect, multi) {
+        (Effect::Multi, false) | (Effect::Discard, true) => Some(Reply::Status("OK".into())),
+        (Effect::Exec, true) => Some(Reply::Array(Vec::new())),
+        _ => None,
     }
 }
 
@@ -451,6 +530,23 @@ mod tests {
         );
         topology.slots = None;
         assert!(!map_agrees(&topology, 0, "127.0.0.1:7000"));
+    }
+
+    #[test]
+    fn only_a_lone_multi_and_what_ends_it_at_once_are_replied_here() {
+        let ok = Some(Reply::Status("OK".into()));
+        assert_eq!(held_reply(Effect::Multi, false), ok);
+        assert_eq!(held_reply(Effect::Discard, true), ok);
+        assert_eq!(held_reply(Effect::Exec, true), Some(Reply::Array(vec![])));
+        // Sent: nested MULTI (Redis's error), EXEC / DISCARD without MULTI
+        // (its error), any other command.
+        assert_eq!(held_reply(Effect::Multi, true), None);
+        for effect in [Effect::Exec, Effect::Discard, Effect::None, Effect::Watch] {
+            assert_eq!(held_reply(effect, false), None, "{effect:?}");
+        }
+        for effect in [Effect::None, Effect::Watch, Effect::Reset, Effect::Quit] {
+            assert_eq!(held_reply(effect, true), None, "{effect:?}");
+        }
     }
 
     #[test]
