@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::discovery::{host_of, Cluster};
-use super::execute::{rotation, within};
-use super::lease::{Lease, TaskConnection};
+use super::execute::{rotation, Execution};
+use super::lease::Lease;
 use super::{Database, Note};
 use crate::cluster::{command_key, is_script, key_slot, redirection, Redirection};
-use crate::command::Command;
 use crate::config::Role;
 use crate::connection::resp::ProtocolError;
 use crate::connection::{Connection, Failure};
@@ -37,65 +36,38 @@ const UNLIMITED_HOPS: u32 = 1024;
 impl Database {
     /// Runs `command` on the cluster node that serves its key (any node
     /// when it has none). See the module documentation.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn execute_cluster(
-        &self,
-        cluster: &Cluster,
-        command: &mut Command,
-        effect: Effect,
-        master: bool,
-        timeout: Option<Duration>,
-        retries: u32,
-        deadline: Option<Instant>,
-        task: &mut TaskConnection,
-        debug: &mut dyn FnMut(Note),
-    ) -> Result<Reply> {
+    pub(super) fn execute_cluster(&self, cluster: &Cluster, x: &mut Execution) -> Result<Reply> {
         // A transaction's node is decided by its first command (see
         // `held_reply`): the task holds a `MULTI` not sent yet.
-        let multi = task.session.in_multi();
-        if let Some(reply) = held_reply(effect, multi) {
+        let multi = x.task.session.in_multi();
+        if let Some(reply) = held_reply(x.effect, multi) {
             self.stats.inc(Counter::CommandsTotal);
-            task.session.after_reply(effect, &reply);
+            x.task.session.after_reply(x.effect, &reply);
             return Ok(reply);
         }
-        let result = self.execute_routed(
-            cluster, command, effect, master, multi, timeout, retries, deadline, task, debug,
-        );
+        let result = self.execute_routed(cluster, x, multi);
         if multi && result.is_err() {
             // Not queued: the EXEC must not run the rest (Redis would
             // abort it too), and the MULTI may have gone with a
             // connection. Later commands fail until the task ends it.
-            task.session.lose();
+            x.task.session.lose();
         }
         result
     }
 
     /// [`execute_cluster`](Self::execute_cluster) past the held
     /// transaction commands; `multi`: a `MULTI` is held, sent first.
-    #[allow(clippy::too_many_arguments)]
-    fn execute_routed(
-        &self,
-        cluster: &Cluster,
-        command: &mut Command,
-        effect: Effect,
-        master: bool,
-        multi: bool,
-        timeout: Option<Duration>,
-        retries: u32,
-        deadline: Option<Instant>,
-        task: &mut TaskConnection,
-        debug: &mut dyn FnMut(Note),
-    ) -> Result<Reply> {
+    fn execute_routed(&self, cluster: &Cluster, x: &mut Execution, multi: bool) -> Result<Reply> {
         // Scripts are writes for Redis Cluster: a replica would redirect
         // every one of them (the C VMOD forces master=true too). A
         // transaction runs on the master.
-        let master_only = master || self.config.ignore_slaves || is_script(command) || multi;
-        let slot = command_key(command).map(key_slot);
+        let master_only = x.master || self.config.ignore_slaves || is_script(x.command) || multi;
+        let slot = command_key(x.command).map(key_slot);
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
             max => max,
         };
-        let (mut topology, mut seen) = match self.topology_with_slots(cluster, deadline, debug) {
+        let (mut topology, mut seen) = match self.topology_with_slots(cluster, x) {
             Ok(known) => known,
             Err(err) => {
                 self.stats.inc(Counter::CommandsFailed);
@@ -125,57 +97,56 @@ impl Database {
             if self.config.debug {
                 let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
                 let ask = if asking { " after ASKING" } else { "" };
-                debug(Note::Debug(&format!(
+                x.note(Note::Debug(&format!(
                     "sending {} ({slot}) to {}{ask}",
-                    command.logged_name(),
+                    x.command.logged_name(),
                     server.location()
                 )));
             }
-            let (reply, mut lease) =
-                match self.cluster_attempt(command, &server, asking, multi, timeout, deadline) {
-                    Ok(answer) => answer,
-                    Err(err @ Error::MultiRefused { .. }) => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        return Err(err);
+            let (reply, mut lease) = match self.cluster_attempt(x, &server, asking, multi) {
+                Ok(answer) => answer,
+                Err(err @ Error::MultiRefused { .. }) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(err);
+                }
+                Err(err) if failed < x.retries => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    self.stats.inc(Counter::CommandsRetried);
+                    failed += 1;
+                    if self.config.debug {
+                        let text = format!("attempt {failed} failed ({err}); retrying");
+                        x.note(Note::Debug(&text));
                     }
-                    Err(err) if failed < retries => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        self.stats.inc(Counter::CommandsRetried);
-                        failed += 1;
-                        if self.config.debug {
-                            let text = format!("attempt {failed} failed ({err}); retrying");
-                            debug(Note::Debug(&text));
-                        }
-                        // The node may have left (a failover): learn where its
-                        // slots went before the next attempt.
-                        if !refreshed {
-                            refreshed = true;
-                            self.refresh_slots(cluster, seen, deadline, debug);
-                            seen = cluster.generation();
-                            topology = self.topology();
-                        }
-                        continue;
+                    // The node may have left (a failover): learn where its
+                    // slots went before the next attempt.
+                    if !refreshed {
+                        refreshed = true;
+                        self.refresh_slots(cluster, seen, x);
+                        seen = cluster.generation();
+                        topology = self.topology();
                     }
-                    Err(err) => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        // Not for this command, but the next ones: with no
-                        // MOVED from a node that is gone, a failover is
-                        // learnt only this way.
-                        if !refreshed {
-                            self.refresh_slots(cluster, seen, deadline, debug);
-                        }
-                        return Err(err);
+                    continue;
+                }
+                Err(err) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    // Not for this command, but the next ones: with no
+                    // MOVED from a node that is gone, a failover is
+                    // learnt only this way.
+                    if !refreshed {
+                        self.refresh_slots(cluster, seen, x);
                     }
-                };
+                    return Err(err);
+                }
+            };
             let retry = ServerError::of_reply(&reply).map(ServerError::retry);
             let (Some(retry), Reply::Error(text)) = (retry, &reply) else {
-                return Ok(self.settle(reply, effect, lease, &server, task));
+                return Ok(self.settle(x, reply, lease, &server));
             };
             let redirect = match retry {
                 Retry::Redirect => redirection(text, host_of(server.location())),
                 _ => None,
             };
-            if multi && (redirect.is_some() || retry == Retry::Again && failed < retries) {
+            if multi && (redirect.is_some() || retry == Retry::Again && failed < x.retries) {
                 // Its connection holds the MULTI, and a transaction the
                 // server marked failed: closed, the next attempt sends
                 // MULTI again.
@@ -206,7 +177,7 @@ impl Database {
                 // a write went to a replica) says nothing new.
                 if !ask && !refreshed && !map_agrees(&topology, moved_slot, &to) {
                     refreshed = true;
-                    self.refresh_slots(cluster, seen, deadline, debug);
+                    self.refresh_slots(cluster, seen, x);
                     seen = cluster.generation();
                     topology = self.topology();
                 }
@@ -219,19 +190,19 @@ impl Database {
                 target = Some((next, ask));
                 continue;
             }
-            if retry == Retry::Again && failed < retries {
+            if retry == Retry::Again && failed < x.retries {
                 failed += 1;
                 self.stats.inc(Counter::CommandsRetried);
                 if self.config.debug {
                     let text = format!("{} replied {text}; retrying", server.location());
-                    debug(Note::Debug(&text));
+                    x.note(Note::Debug(&text));
                 }
                 drop(lease);
                 // Same node: the slot did not move.
                 target = Some((server, asking));
                 continue;
             }
-            return Ok(self.settle(reply, effect, lease, &server, task));
+            return Ok(self.settle(x, reply, lease, &server));
         }
     }
 
@@ -242,12 +213,10 @@ impl Database {
     /// transaction), on an ordinary connection, which the task keeps.
     fn cluster_attempt<'a>(
         &'a self,
-        command: &mut Command,
+        x: &mut Execution,
         server: &'a Server,
         asking: bool,
         multi: bool,
-        timeout: Option<Duration>,
-        deadline: Option<Instant>,
     ) -> Result<(Reply, Lease<'a>)> {
         // With [ext] `pipelining=true`, `ASKING` and its command take an
         // ordinary pooled connection: on a multiplexed one another
@@ -255,17 +224,17 @@ impl Database {
         // `ASKING` would let that one in instead. `ASK` only comes during
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
-        let mut lease = self.lease(server, command, !asking && !multi, deadline)?;
+        let mut lease = self.lease(server, x.command, !asking && !multi, x.deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
-            self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
+            self.request(&mut lease, server, READONLY, x.request_timeout())?;
         }
         if asking {
-            self.request(&mut lease, server, ASKING, within(timeout, deadline))?;
+            self.request(&mut lease, server, ASKING, x.request_timeout())?;
         }
         if multi {
             if let Reply::Error(text) =
-                self.request(&mut lease, server, MULTI, within(timeout, deadline))?
+                self.request(&mut lease, server, MULTI, x.request_timeout())?
             {
                 return Err(Error::MultiRefused {
                     server: server.location().to_string(),
@@ -274,14 +243,10 @@ impl Database {
             }
         }
         let reply = if asking {
-            self.request(
-                &mut lease,
-                server,
-                command.packed(),
-                within(timeout, deadline),
-            )?
+            let timeout = x.request_timeout();
+            self.request(&mut lease, server, x.command.packed(), timeout)?
         } else {
-            self.send(&mut lease, server, command, timeout, deadline, multi)?
+            self.send(&mut lease, server, x, multi)?
         };
         Ok((reply, lease))
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::execute::within;
+use super::execute::{within, Execution};
 use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
@@ -94,8 +94,7 @@ impl Database {
     pub(super) fn topology_with_slots(
         &self,
         cluster: &Cluster,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
+        x: &mut Execution,
     ) -> Result<(Arc<Topology>, u64)> {
         // The generation first: a discovery swaps the topology before it
         // moves the generation, so this topology is at least that recent.
@@ -105,7 +104,7 @@ impl Database {
             return Ok((topology, seen));
         }
         let waiting = Instant::now();
-        let last = match deadline {
+        let last = match x.deadline {
             Some(deadline) => cluster.discovery.try_lock_until(deadline),
             None => Some(cluster.discovery.lock()),
         };
@@ -115,7 +114,7 @@ impl Database {
             });
         };
         if cluster.generation() == seen && last.interval_over(Instant::now()) {
-            self.discover(cluster, &mut last, deadline, debug);
+            self.discover(cluster, &mut last, x);
         }
         let seen = cluster.generation();
         let topology = self.topology();
@@ -132,18 +131,12 @@ impl Database {
     /// on the map of generation `seen`: a discovery, unless one is running
     /// or ran since, or the last one ended less than
     /// [`DISCOVERY_INTERVAL`] ago. Never waits.
-    pub(super) fn refresh_slots(
-        &self,
-        cluster: &Cluster,
-        seen: u64,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
-    ) {
+    pub(super) fn refresh_slots(&self, cluster: &Cluster, seen: u64, x: &mut Execution) {
         let Some(mut last) = cluster.discovery.try_lock() else {
             return;
         };
         if cluster.generation() == seen && last.interval_over(Instant::now()) {
-            self.discover(cluster, &mut last, deadline, debug);
+            self.discover(cluster, &mut last, x);
         }
     }
 
@@ -153,26 +146,15 @@ impl Database {
     /// failover yet) is kept only if no other node gives a better one.
     /// Counted in `cluster.discoveries.*`.
     /// Runs with the discovery lock held (`last`), and records its end.
-    fn discover(
-        &self,
-        cluster: &Cluster,
-        last: &mut LastDiscovery,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
-    ) {
-        let error = self.read_slots(cluster, deadline, debug).err();
+    fn discover(&self, cluster: &Cluster, last: &mut LastDiscovery, x: &mut Execution) {
+        let error = self.read_slots(cluster, x).err();
         *last = LastDiscovery {
             ended: Some(Instant::now()),
             error,
         };
     }
 
-    fn read_slots(
-        &self,
-        cluster: &Cluster,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
-    ) -> Result<(), Arc<str>> {
+    fn read_slots(&self, cluster: &Cluster, x: &mut Execution) -> Result<(), Arc<str>> {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
         let now = Instant::now();
         let topology = self.topology();
@@ -201,6 +183,7 @@ impl Database {
         // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
         // probe step: a node that does not answer in time is skipped for
         // the next, and the whole discovery stays short for the worker.
+        let deadline = x.deadline;
         let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
         // Not counted in the database's connection counters, as the ROLE
         // probe: they count what commands use.
@@ -226,14 +209,14 @@ impl Database {
                 }
                 Ok(map) if map.shards.iter().any(|s| sick.contains(&s.master.as_str())) => {
                     if self.config.debug {
-                        debug(Note::Debug(&format!(
+                        x.note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
                     stale.get_or_insert((asked, map));
                 }
                 Ok(map) => {
-                    self.use_slots(cluster, &asked, map, debug);
+                    self.use_slots(cluster, &asked, map, x);
                     return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
@@ -241,7 +224,7 @@ impl Database {
         }
         if let Some((asked, map)) = stale {
             // The best there is: the sick master may be back.
-            self.use_slots(cluster, &asked, map, debug);
+            self.use_slots(cluster, &asked, map, x);
             return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
@@ -253,19 +236,13 @@ impl Database {
         } else {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
-        debug(Note::Warning(&text));
+        x.note(Note::Warning(&text));
         Err(text.into())
     }
 
-    fn use_slots(
-        &self,
-        cluster: &Cluster,
-        asked: &str,
-        map: SlotMap<String>,
-        debug: &mut dyn FnMut(Note),
-    ) {
+    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<String>, x: &mut Execution) {
         if self.config.debug {
-            debug(Note::Debug(&format!(
+            x.note(Note::Debug(&format!(
                 "cluster slots from {asked}: {} shards, {} nodes",
                 map.shards.len(),
                 map.nodes().count()
