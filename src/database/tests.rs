@@ -908,3 +908,51 @@ fn a_worker_waits_for_another_ones_discovery_until_its_own_deadline() {
     assert!(took < Duration::from_millis(100), "{took:?}");
     assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
 }
+
+/// `LOADING` (the server is loading its data and ran nothing): within the
+/// retry count, the next candidate serves the command; without retries,
+/// the error is the reply.
+#[test]
+fn a_loading_server_is_passed_over_within_the_retry_count() {
+    let source = RedisProcess::start(&[]);
+    source.cli(&["DEBUG", "POPULATE", "2000", "k"]);
+    assert_eq!(source.cli(&["SAVE"]), "OK");
+    let dir = source.socket.parent().unwrap().display().to_string();
+    // Its dump: 2000 keys at 2 ms each, answering LOADING meanwhile.
+    let loading = RedisProcess::start(&[
+        "--dir",
+        &dir,
+        "--key-load-delay",
+        "2000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    assert!(loading.cli(&["GET", "k:1"]).starts_with("LOADING"));
+    // Reads go to the replica first: the loading server.
+    let db = database(&loading, |args| args.role = "slave");
+    db.add_server(&source.location().parse().unwrap(), Role::Master)
+        .unwrap();
+    let get = |retries| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k:1");
+        command.retries = Some(retries);
+        db.execute(
+            &mut command,
+            false,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+    };
+    match get(0).unwrap() {
+        Reply::Error(text) => assert!(text.starts_with("LOADING"), "{text}"),
+        reply => panic!("{reply:?}"),
+    }
+    assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+    assert_eq!(get(1).unwrap(), Reply::String(b"value:1".to_vec()));
+    assert_eq!(db.stats().get(Counter::CommandsRetried), 1);
+    assert_eq!(db.stats().get(Counter::CommandsError), 1);
+    assert!(
+        loading.cli(&["GET", "k:1"]).starts_with("LOADING"),
+        "still loading: the test saw what it meant to"
+    );
+}
