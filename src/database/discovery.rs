@@ -140,12 +140,8 @@ impl Database {
         }
     }
 
-    /// Asks the known masters (healthy ones first), then the seeds, for
-    /// the slot map until one answers, and applies it. A map that still
-    /// gives slots to a master found sick (a node that has not heard of a
-    /// failover yet) is kept only if no other node gives a better one.
-    /// Counted in `cluster.discoveries.*`.
-    /// Runs with the discovery lock held (`last`), and records its end.
+    /// A discovery, run with its lock held (`last`): records when it
+    /// ended and, when it found no map, why.
     fn discover(&self, cluster: &Cluster, last: &mut LastDiscovery, x: &mut Execution) {
         let error = self.read_slots(cluster, x).err();
         *last = LastDiscovery {
@@ -154,6 +150,12 @@ impl Database {
         };
     }
 
+    /// Asks the known masters (healthy ones first), then the seeds, for
+    /// the slot map until one answers, and applies it. A map that still
+    /// gives slots to a master found sick (a node that has not heard of a
+    /// failover yet) is kept only if no other node gives a better one.
+    /// Counted in `cluster.discoveries.*`; the error says what each node
+    /// asked answered.
     fn read_slots(&self, cluster: &Cluster, x: &mut Execution) -> Result<(), Arc<str>> {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
         let now = Instant::now();

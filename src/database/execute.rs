@@ -389,7 +389,7 @@ impl Database {
         reply
     }
 
-    /// Sends `command` on `lease`: an `EVAL` as `EVALSHA` first, unless
+    /// Sends the command of `x` on `lease`: an `EVAL` as `EVALSHA` first, unless
     /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
     /// Each request ends by `deadline`.
     pub(super) fn send(
