@@ -3,6 +3,7 @@
 //! Generic in how a node is named: parsed with locations (`host:port`),
 //! then turned into indexes of the database's servers.
 use super::slot::SLOTS;
+use crate::config::Location;
 use crate::reply::Reply;
 
 /// In [`SlotMap::slots`]: no shard serves the slot (the cluster is being
@@ -54,14 +55,20 @@ impl<N> SlotMap<N> {
     }
 }
 
-/// A node's location as the database names its servers: `host:port`, or
-/// `[ipv6]:port` (as [`crate::config::Location`] prints it).
+/// A node's location as the database names its servers: parsed and
+/// printed by [`Location`], so that the spellings of one node (`[::1]`,
+/// `0:0:0:0:0:0:0:1`, `REDIS-A`, `redis-a`) are one name, the one its
+/// server has. A name `Location` refuses is kept as written (no server
+/// can be made for it: the node is left out).
 pub(crate) fn endpoint(host: &str, port: u16) -> String {
-    if host.contains(':') {
+    let written = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
-    }
+    };
+    written
+        .parse::<Location>()
+        .map_or(written, |location| location.to_string())
 }
 
 fn text(reply: &Reply) -> Option<&str> {
@@ -232,6 +239,28 @@ mod tests {
         let map = parse_slots(&reply, "127.0.0.9").unwrap();
         assert_eq!(map.shards[0].master, "127.0.0.9:7000");
         assert_eq!(map.shards[0].replicas, vec!["[::1]:7001".to_string()]);
+    }
+
+    #[test]
+    fn node_names_are_those_of_locations() {
+        let reply = Reply::Array(vec![
+            range(
+                0,
+                99,
+                vec![n("REDIS-A.Example", 7000), n("0:0:0:0:0:0:0:1", 7001)],
+            ),
+            range(100, 16383, vec![n("redis-a.example", 7000)]),
+        ]);
+        let map = parse_slots(&reply, "h").unwrap();
+        assert_eq!(map.shards.len(), 1, "one master, however written");
+        assert_eq!(map.shards[0].master, "redis-a.example:7000");
+        assert_eq!(map.shards[0].replicas, vec!["[::1]:7001".to_string()]);
+        for (host, port) in [("REDIS-A.example", 7000), ("::1", 7001), ("0::1", 7001)] {
+            let name = endpoint(host, port);
+            let location: Location = name.parse().unwrap();
+            assert_eq!(name, location.to_string(), "{host}");
+        }
+        assert_eq!(endpoint("bad host", 1), "bad host:1");
     }
 
     #[test]

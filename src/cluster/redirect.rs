@@ -82,6 +82,21 @@ mod tests {
     }
 
     #[test]
+    fn targets_are_named_as_locations() {
+        assert_eq!(
+            redirection("MOVED 2 0:0:0:0:0:0:0:1:7000", "127.0.0.1"),
+            redirection("MOVED 2 ::1:7000", "127.0.0.1"),
+        );
+        assert_eq!(
+            redirection("ASK 2 Redis-B:7000", "127.0.0.1"),
+            Some(Redirection::Ask {
+                slot: 2,
+                to: "redis-b:7000".into()
+            })
+        );
+    }
+
+    #[test]
     fn other_errors_are_not_redirections() {
         for text in [
             "ERR unknown command",

@@ -5,17 +5,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::discovery::{host_of, Cluster, Refresh};
-use super::execute::{rotation, within};
-use super::lease::{Lease, TaskConnection};
+use super::discovery::{host_of, Cluster};
+use super::execute::{rotation, Execution};
+use super::lease::Lease;
 use super::{Database, Note};
 use crate::cluster::{redirection, Redirection};
-use crate::command::Command;
 use crate::commands::{Effect, CROSSSLOT};
 use crate::config::Role;
 use crate::connection::resp::ProtocolError;
 use crate::connection::{Connection, Failure};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry, ServerError};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate};
 use crate::server::Server;
@@ -26,49 +25,67 @@ use crate::topology::Topology;
 /// connection that sent it, and redirects them otherwise.
 const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+/// `MULTI`, packed: sent held back, before the command that decides the
+/// node of the transaction.
+const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 
 /// Redirections followed when `max_cluster_hops` is 0 ("no limit"): a
 /// cluster whose nodes disagree for good must not hold a worker forever.
 const UNLIMITED_HOPS: u32 = 1024;
 
-/// An error reply that the retry count covers: the cluster is resharding
-/// (`TRYAGAIN`, multi-key commands) or not serving (`CLUSTERDOWN`).
-fn cluster_busy(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(text) if text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN"))
-}
-
 impl Database {
     /// Runs `command` on the cluster node that serves its key (any node
     /// when it has none). See the module documentation.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn execute_cluster(
-        &self,
-        cluster: &Cluster,
-        command: &mut Command,
-        effect: Effect,
-        master: bool,
-        timeout: Option<Duration>,
-        retries: u32,
-        deadline: Option<Instant>,
-        task: &mut TaskConnection,
-        debug: &mut dyn FnMut(Note),
-    ) -> Result<Reply> {
+    pub(super) fn execute_cluster(&self, cluster: &Cluster, x: &mut Execution) -> Result<Reply> {
+        // A transaction's node is decided by its first command (see
+        // `held_reply`): the task holds a `MULTI` not sent yet.
+        let multi = x.task.session.in_multi();
+        if let Some(reply) = held_reply(x.effect, multi) {
+            self.stats.inc(Counter::CommandsTotal);
+            x.task.session.after_reply(x.effect, &reply);
+            return Ok(reply);
+        }
+        let result = self.execute_routed(cluster, x, multi);
+        if multi && result.is_err() {
+            // Not queued: the EXEC must not run the rest (Redis would
+            // abort it too), and the MULTI may have gone with a
+            // connection. Later commands fail until the task ends it.
+            x.task.session.lose();
+        }
+        result
+    }
+
+    /// [`execute_cluster`](Self::execute_cluster) past the held
+    /// transaction commands; `multi`: a `MULTI` is held, sent first.
+    fn execute_routed(&self, cluster: &Cluster, x: &mut Execution, multi: bool) -> Result<Reply> {
         // Scripts are writes for Redis Cluster: a replica would redirect
-        // every one of them (the C VMOD forces master=true too).
-        let found = self.commands.find(command);
-        let master_only = master || self.config.ignore_slaves || found.master_only();
+        // every one of them (the C VMOD forces master=true too). A
+        // transaction runs on the master.
+        let found = self.commands.find(x.command);
+        let master_only = x.master || self.config.ignore_slaves || found.master_only() || multi;
         // The slot of all its keys; keys in different slots get Redis's
         // own error, without a round trip (counted as a reply, an error).
-        let Ok(slot) = found.slot(command) else {
+        // In a transaction not sent yet, the MULTI goes with it: Redis
+        // would abort the EXEC, and later commands fail until it ends.
+        let Ok(slot) = found.slot(x.command) else {
             self.stats.inc(Counter::CommandsTotal);
             self.stats.inc(Counter::CommandsError);
+            if multi {
+                x.task.session.lose();
+            }
             return Ok(Reply::Error(CROSSSLOT.into()));
         };
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
             max => max,
         };
-        let (mut topology, mut seen) = self.topology_with_slots(cluster, deadline, debug);
+        let (mut topology, mut seen) = match self.topology_with_slots(cluster, x) {
+            Ok(known) => known,
+            Err(err) => {
+                self.stats.inc(Counter::CommandsFailed);
+                return Err(err);
+            }
+        };
         // One discovery per command at most: a MOVED on each hop must not
         // mean a discovery on each hop.
         let mut refreshed = false;
@@ -92,57 +109,71 @@ impl Database {
             if self.config.debug {
                 let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
                 let ask = if asking { " after ASKING" } else { "" };
-                debug(Note::Debug(&format!(
+                x.note(Note::Debug(&format!(
                     "sending {} ({slot}) to {}{ask}",
-                    command.logged_name(),
+                    x.command.logged_name(),
                     server.location()
                 )));
             }
-            let (reply, lease) =
-                match self.cluster_attempt(command, &server, asking, timeout, deadline) {
-                    Ok(answer) => answer,
-                    Err(err) if failed < retries => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        self.stats.inc(Counter::CommandsRetried);
-                        failed += 1;
-                        if self.config.debug {
-                            let text = format!("attempt {failed} failed ({err}); retrying");
-                            debug(Note::Debug(&text));
-                        }
-                        // The node may have left (a failover): learn where its
-                        // slots went before the next attempt.
-                        if !refreshed {
-                            refreshed = true;
-                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
-                            seen = cluster.generation();
-                            topology = self.topology();
-                        }
-                        continue;
+            let (reply, mut lease) = match self.cluster_attempt(x, &server, asking, multi) {
+                Ok(answer) => answer,
+                Err(err @ Error::MultiRefused { .. }) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    return Err(err);
+                }
+                Err(err) if failed < x.retries => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    self.stats.inc(Counter::CommandsRetried);
+                    failed += 1;
+                    if self.config.debug {
+                        let text = format!("attempt {failed} failed ({err}); retrying");
+                        x.note(Note::Debug(&text));
                     }
-                    Err(err) => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        // Not for this command, but the next ones: with no
-                        // MOVED from a node that is gone, a failover is
-                        // learnt only this way.
-                        if !refreshed {
-                            self.refresh_slots(cluster, seen, Refresh::Failure, deadline, debug);
-                        }
-                        return Err(err);
+                    // The node may have left (a failover): learn where its
+                    // slots went before the next attempt.
+                    if !refreshed {
+                        refreshed = true;
+                        self.refresh_slots(cluster, seen, x);
+                        seen = cluster.generation();
+                        topology = self.topology();
                     }
-                };
-            let Reply::Error(text) = &reply else {
-                return Ok(self.settle(reply, effect, lease, &server, task));
+                    continue;
+                }
+                Err(err) => {
+                    self.stats.inc(Counter::CommandsFailed);
+                    // Not for this command, but the next ones: with no
+                    // MOVED from a node that is gone, a failover is
+                    // learnt only this way.
+                    if !refreshed {
+                        self.refresh_slots(cluster, seen, x);
+                    }
+                    return Err(err);
+                }
             };
-            if let Some(redirection) = redirection(text, host_of(server.location())) {
+            let retry = ServerError::of_reply(&reply).map(ServerError::retry);
+            let (Some(retry), Reply::Error(text)) = (retry, &reply) else {
+                return Ok(self.settle(x, reply, lease, &server));
+            };
+            let redirect = match retry {
+                Retry::Redirect => redirection(text, host_of(server.location())),
+                _ => None,
+            };
+            if multi && (redirect.is_some() || retry == Retry::Again && failed < x.retries) {
+                // Its connection holds the MULTI, and a transaction the
+                // server marked failed: closed, the next attempt sends
+                // MULTI again.
+                lease.retire();
+            }
+            if let Some(redirection) = redirect {
                 drop(lease);
-                let (to, ask) = match redirection {
-                    Redirection::Moved { to, .. } => {
+                let (to, ask, moved_slot) = match redirection {
+                    Redirection::Moved { slot, to } => {
                         self.stats.inc(Counter::ClusterRepliesMoved);
-                        (to, false)
+                        (to, false, slot)
                     }
-                    Redirection::Ask { to, .. } => {
+                    Redirection::Ask { slot, to } => {
                         self.stats.inc(Counter::ClusterRepliesAsk);
-                        (to, true)
+                        (to, true, slot)
                     }
                 };
                 hops += 1;
@@ -153,9 +184,12 @@ impl Database {
                         last: text.clone(),
                     });
                 }
-                if !ask && !refreshed {
+                // A MOVED to where the map already puts the slot (the
+                // command was routed by another argument than its key, or
+                // a write went to a replica) says nothing new.
+                if !ask && !refreshed && !map_agrees(&topology, moved_slot, &to) {
                     refreshed = true;
-                    self.refresh_slots(cluster, seen, Refresh::Moved, deadline, debug);
+                    self.refresh_slots(cluster, seen, x);
                     seen = cluster.generation();
                     topology = self.topology();
                 }
@@ -168,32 +202,33 @@ impl Database {
                 target = Some((next, ask));
                 continue;
             }
-            if cluster_busy(&reply) && failed < retries {
+            if retry == Retry::Again && failed < x.retries {
                 failed += 1;
                 self.stats.inc(Counter::CommandsRetried);
                 if self.config.debug {
                     let text = format!("{} replied {text}; retrying", server.location());
-                    debug(Note::Debug(&text));
+                    x.note(Note::Debug(&text));
                 }
                 drop(lease);
                 // Same node: the slot did not move.
                 target = Some((server, asking));
                 continue;
             }
-            return Ok(self.settle(reply, effect, lease, &server, task));
+            return Ok(self.settle(x, reply, lease, &server));
         }
     }
 
     /// One attempt on `server`: `READONLY` first on a replica's connection
     /// that has not had it, `ASKING` first after an `ASK` (then the
     /// command as is: `EVALSHA` then `EVAL` would need a second `ASKING`).
+    /// `multi`: `MULTI` first (after `ASKING`, which lasts through a
+    /// transaction), on an ordinary connection, which the task keeps.
     fn cluster_attempt<'a>(
         &'a self,
-        command: &mut Command,
+        x: &mut Execution,
         server: &'a Server,
         asking: bool,
-        timeout: Option<Duration>,
-        deadline: Option<Instant>,
+        multi: bool,
     ) -> Result<(Reply, Lease<'a>)> {
         // With [ext] `pipelining=true`, `ASKING` and its command take an
         // ordinary pooled connection: on a multiplexed one another
@@ -201,21 +236,29 @@ impl Database {
         // `ASKING` would let that one in instead. `ASK` only comes during
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
-        let mut lease = self.lease(server, command, !asking, deadline)?;
+        let mut lease = self.lease(server, x.command, !asking && !multi, x.deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
-            self.request(&mut lease, server, READONLY, within(timeout, deadline))?;
+            self.request(&mut lease, server, READONLY, x.request_timeout())?;
+        }
+        if asking {
+            self.request(&mut lease, server, ASKING, x.request_timeout())?;
+        }
+        if multi {
+            if let Reply::Error(text) =
+                self.request(&mut lease, server, MULTI, x.request_timeout())?
+            {
+                return Err(Error::MultiRefused {
+                    server: server.location().to_string(),
+                    reply: text,
+                });
+            }
         }
         let reply = if asking {
-            self.request(&mut lease, server, ASKING, within(timeout, deadline))?;
-            self.request(
-                &mut lease,
-                server,
-                command.packed(),
-                within(timeout, deadline),
-            )?
+            let timeout = x.request_timeout();
+            self.request(&mut lease, server, x.command.packed(), timeout)?
         } else {
-            self.send(&mut lease, server, command, timeout, deadline, false)?
+            self.send(&mut lease, server, x, multi)?
         };
         Ok((reply, lease))
     }
@@ -246,6 +289,27 @@ impl Database {
             Err(failure) => Err(self.failed(server, failure, false, timeout)),
         }
     }
+}
+
+/// The reply to a transaction command that is not sent, as Redis would
+/// give it. A `MULTI` has no key to choose a node by: it is held back
+/// (`OK`, the task's session in the transaction, no connection kept),
+/// and sent first on the node of the next command, by its key, or any
+/// master for a keyless one (`multi` then: one is held). An `EXEC` or
+/// `DISCARD` right after it has nothing to end on any node.
+fn held_reply(effect: Effect, multi: bool) -> Option<Reply> {
+    match (effect, multi) {
+        (Effect::Multi, false) | (Effect::Discard, true) => Some(Reply::Status("OK".into())),
+        (Effect::Exec, true) => Some(Reply::Array(Vec::new())),
+        _ => None,
+    }
+}
+
+/// Whether `topology`'s map has `slot` on the master at `location`.
+fn map_agrees(topology: &Topology, slot: u16, location: &str) -> bool {
+    let shard = topology.slots.as_ref().and_then(|map| map.shard_of(slot));
+    let master = shard.and_then(|shard| topology.servers.get(shard.master));
+    master.is_some_and(|master| master.location() == location)
 }
 
 /// The node for a command on `slot` (`None`: no key) on attempt `attempt`
@@ -437,6 +501,37 @@ mod tests {
     }
 
     #[test]
+    fn a_moved_agrees_with_the_map_when_it_names_the_slot_master() {
+        let mut topology = topology();
+        assert!(map_agrees(&topology, 0, "127.0.0.1:7000"));
+        assert!(map_agrees(&topology, 16383, "127.0.0.1:7001"));
+        assert!(!map_agrees(&topology, 0, "127.0.0.1:7001"));
+        assert!(
+            !map_agrees(&topology, 0, "127.0.0.1:7002"),
+            "the replica is not where a MOVED sends"
+        );
+        topology.slots = None;
+        assert!(!map_agrees(&topology, 0, "127.0.0.1:7000"));
+    }
+
+    #[test]
+    fn only_a_lone_multi_and_what_ends_it_at_once_are_replied_here() {
+        let ok = Some(Reply::Status("OK".into()));
+        assert_eq!(held_reply(Effect::Multi, false), ok);
+        assert_eq!(held_reply(Effect::Discard, true), ok);
+        assert_eq!(held_reply(Effect::Exec, true), Some(Reply::Array(vec![])));
+        // Sent: nested MULTI (Redis's error), EXEC / DISCARD without MULTI
+        // (its error), any other command.
+        assert_eq!(held_reply(Effect::Multi, true), None);
+        for effect in [Effect::Exec, Effect::Discard, Effect::None, Effect::Watch] {
+            assert_eq!(held_reply(effect, false), None, "{effect:?}");
+        }
+        for effect in [Effect::None, Effect::Watch, Effect::Reset, Effect::Quit] {
+            assert_eq!(held_reply(effect, true), None, "{effect:?}");
+        }
+    }
+
+    #[test]
     fn without_a_key_or_a_map_any_node() {
         let mut topology = topology();
         let any = routed(&topology, None, true, 0);
@@ -446,15 +541,5 @@ mod tests {
         assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
         topology.servers.clear();
         assert!(route(&topology, Some(0), true, 0).is_none());
-    }
-
-    #[test]
-    fn busy_replies() {
-        assert!(cluster_busy(&Reply::Error("TRYAGAIN Multiple keys".into())));
-        assert!(cluster_busy(&Reply::Error(
-            "CLUSTERDOWN The cluster is down".into()
-        )));
-        assert!(!cluster_busy(&Reply::Error("ERR x".into())));
-        assert!(!cluster_busy(&Reply::Status("TRYAGAIN".into())));
     }
 }

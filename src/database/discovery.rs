@@ -1,19 +1,24 @@
 //! Cluster mode: reading the slot map from a node (`CLUSTER SLOTS`) and
 //! making its nodes the servers of the database. A discovery runs when the
-//! first command needs the map, and again after a `MOVED` or a failed
-//! attempt, once per change: workers that see the same change while
-//! another one is already at it (or has done it since) do not start one.
+//! first command needs the map, and again after a `MOVED` that the map
+//! does not agree with or a failed attempt: at most once per
+//! [`DISCOVERY_INTERVAL`], whatever asks for it, and once per change:
+//! workers that see the same change while another one is already at it
+//! (or has done it since) do not start one. Without a map (none could be
+//! read), commands fail at once with the last discovery's error until the
+//! interval allows the next one.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::execute::within;
+use super::execute::{within, Execution};
 use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
 use crate::connection::Connector;
+use crate::error::{Error, Result};
 use crate::server::{Health, Server};
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
@@ -24,18 +29,27 @@ const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
 
-/// Least time between two discoveries that failed attempts ask for: while
-/// a master is down, every command to it fails until its replica takes
-/// over, and each reading the map again would only add load.
-const FAILURE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Least time between two discoveries of a database, whatever asks for
+/// them (documented in vmod.vcc, `type=cluster`): while a master is down,
+/// or the map cannot be read, or nodes disagree, every command would ask
+/// for one, and each would only add load (and connections) to a cluster
+/// in trouble.
+pub(super) const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What makes a worker read the map again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Refresh {
-    /// A `MOVED` reply: the map changed.
-    Moved,
-    /// A failed attempt: the node may have left (a failover).
-    Failure,
+/// When the last discovery ended, and its error if it found no map.
+#[derive(Default)]
+struct LastDiscovery {
+    ended: Option<Instant>,
+    error: Option<Arc<str>>,
+}
+
+impl LastDiscovery {
+    /// Whether another discovery may start at `now`.
+    fn interval_over(&self, now: Instant) -> bool {
+        self.ended.map_or(true, |ended| {
+            now.saturating_duration_since(ended) >= DISCOVERY_INTERVAL
+        })
+    }
 }
 
 /// What a cluster database keeps besides its servers.
@@ -45,9 +59,8 @@ pub(crate) struct Cluster {
     /// no known master answers (they stay seeds when the map leaves them
     /// out).
     seeds: Mutex<Vec<Location>>,
-    /// Held by the one worker running a discovery; when the last one
-    /// ended.
-    discovery: Mutex<Option<Instant>>,
+    /// Held by the one worker running a discovery.
+    discovery: Mutex<LastDiscovery>,
     /// Discoveries run so far: a worker that saw a `MOVED` on the map of
     /// generation `g` starts one only if the generation is still `g`.
     generation: AtomicU64,
@@ -73,61 +86,77 @@ pub(super) fn host_of(location: &str) -> &str {
 }
 
 impl Database {
-    /// The topology with a slot map, and the generation it is at least:
-    /// the first command of a cluster database waits for the discovery
-    /// (one worker runs it, the others wait for its outcome). After a
-    /// failed discovery the topology has no map, and commands go to any
-    /// node, which redirects them.
+    /// The topology with a slot map, and the generation it is at least.
+    /// Without a map, one worker runs a discovery (if the interval
+    /// allows) while the others wait for its outcome, each until its own
+    /// `deadline` at most; when there is still no map, the command fails
+    /// with the last discovery's error.
     pub(super) fn topology_with_slots(
         &self,
         cluster: &Cluster,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
-    ) -> (Arc<Topology>, u64) {
+        x: &mut Execution,
+    ) -> Result<(Arc<Topology>, u64)> {
         // The generation first: a discovery swaps the topology before it
         // moves the generation, so this topology is at least that recent.
         let seen = cluster.generation();
         let topology = self.topology();
         if topology.slots.is_some() {
-            return (topology, seen);
+            return Ok((topology, seen));
         }
-        let mut last = cluster.discovery.lock();
-        if cluster.generation() == seen {
-            self.discover(cluster, deadline, debug);
-            *last = Some(Instant::now());
+        let waiting = Instant::now();
+        let last = match x.deadline {
+            Some(deadline) => cluster.discovery.try_lock_until(deadline),
+            None => Some(cluster.discovery.lock()),
+        };
+        let Some(mut last) = last else {
+            return Err(Error::DiscoveryWait {
+                waited_ms: waiting.elapsed().as_millis(),
+            });
+        };
+        if cluster.generation() == seen && last.interval_over(Instant::now()) {
+            self.discover(cluster, &mut last, x);
         }
         let seen = cluster.generation();
-        (self.topology(), seen)
+        let topology = self.topology();
+        if topology.slots.is_some() {
+            return Ok((topology, seen));
+        }
+        let last = last.error.clone();
+        Err(Error::NoSlotMap {
+            last: last.unwrap_or_else(|| "no discovery yet".into()),
+        })
     }
 
-    /// After a `MOVED` or a failed attempt on the map of generation
-    /// `seen`: a discovery, unless one is running or ran since (or, after
-    /// a failure, ran less than [`FAILURE_REFRESH_INTERVAL`] ago).
-    pub(super) fn refresh_slots(
-        &self,
-        cluster: &Cluster,
-        seen: u64,
-        why: Refresh,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
-    ) {
+    /// After a `MOVED` the map does not agree with, or a failed attempt,
+    /// on the map of generation `seen`: a discovery, unless one is running
+    /// or ran since, or the last one ended less than
+    /// [`DISCOVERY_INTERVAL`] ago. Never waits.
+    pub(super) fn refresh_slots(&self, cluster: &Cluster, seen: u64, x: &mut Execution) {
         let Some(mut last) = cluster.discovery.try_lock() else {
             return;
         };
-        let recent = last.is_some_and(|at| at.elapsed() < FAILURE_REFRESH_INTERVAL);
-        if cluster.generation() != seen || (why == Refresh::Failure && recent) {
-            return;
+        if cluster.generation() == seen && last.interval_over(Instant::now()) {
+            self.discover(cluster, &mut last, x);
         }
-        self.discover(cluster, deadline, debug);
-        *last = Some(Instant::now());
+    }
+
+    /// A discovery, run with its lock held (`last`): records when it
+    /// ended and, when it found no map, why.
+    fn discover(&self, cluster: &Cluster, last: &mut LastDiscovery, x: &mut Execution) {
+        let error = self.read_slots(cluster, x).err();
+        *last = LastDiscovery {
+            ended: Some(Instant::now()),
+            error,
+        };
     }
 
     /// Asks the known masters (healthy ones first), then the seeds, for
     /// the slot map until one answers, and applies it. A map that still
     /// gives slots to a master found sick (a node that has not heard of a
     /// failover yet) is kept only if no other node gives a better one.
-    /// Counted in `cluster.discoveries.*`.
-    fn discover(&self, cluster: &Cluster, deadline: Option<Instant>, debug: &mut dyn FnMut(Note)) {
+    /// Counted in `cluster.discoveries.*`; the error says what each node
+    /// asked answered.
+    fn read_slots(&self, cluster: &Cluster, x: &mut Execution) -> Result<(), Arc<str>> {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
         let now = Instant::now();
         let topology = self.topology();
@@ -156,6 +185,7 @@ impl Database {
         // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
         // probe step: a node that does not answer in time is skipped for
         // the next, and the whole discovery stays short for the worker.
+        let deadline = x.deadline;
         let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
         // Not counted in the database's connection counters, as the ROLE
         // probe: they count what commands use.
@@ -181,23 +211,23 @@ impl Database {
                 }
                 Ok(map) if map.shards.iter().any(|s| sick.contains(&s.master.as_str())) => {
                     if self.config.debug {
-                        debug(Note::Debug(&format!(
+                        x.note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
                     stale.get_or_insert((asked, map));
                 }
                 Ok(map) => {
-                    self.use_slots(cluster, &asked, map, debug);
-                    return;
+                    self.use_slots(cluster, &asked, map, x);
+                    return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
             }
         }
         if let Some((asked, map)) = stale {
             // The best there is: the sick master may be back.
-            self.use_slots(cluster, &asked, map, debug);
-            return;
+            self.use_slots(cluster, &asked, map, x);
+            return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
         // on without a map rather than all trying again.
@@ -208,18 +238,13 @@ impl Database {
         } else {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
-        debug(Note::Warning(&text));
+        x.note(Note::Warning(&text));
+        Err(text.into())
     }
 
-    fn use_slots(
-        &self,
-        cluster: &Cluster,
-        asked: &str,
-        map: SlotMap<String>,
-        debug: &mut dyn FnMut(Note),
-    ) {
+    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<String>, x: &mut Execution) {
         if self.config.debug {
-            debug(Note::Debug(&format!(
+            x.note(Note::Debug(&format!(
                 "cluster slots from {asked}: {} shards, {} nodes",
                 map.shards.len(),
                 map.nodes().count()
@@ -334,6 +359,55 @@ impl Database {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
+    /// `MOVED`) is one server: same id, no new one counted.
+    #[test]
+    fn a_node_however_spelled_is_one_server() {
+        use crate::cluster::redirection;
+        use crate::config::{DbArgs, DbConfig};
+        use crate::reply::Reply;
+
+        let config = DbConfig::from_args(&DbArgs {
+            location: "[::1]:7000",
+            role: "cluster",
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let db = Database::new("c", config).expect("database");
+        db.add_server(&"Redis-B.example:7001".parse().unwrap(), Role::Cluster)
+            .unwrap();
+        let ids = |db: &Database| -> Vec<(String, u32)> {
+            let topology = db.topology();
+            let servers = topology.servers.iter();
+            servers.map(|s| (s.location().to_string(), s.id)).collect()
+        };
+        let before = ids(&db);
+        assert_eq!(before.len(), 2);
+        let node = |host: &str, port| {
+            Reply::Array(vec![
+                Reply::String(host.as_bytes().to_vec()),
+                Reply::Integer(port),
+            ])
+        };
+        let range = |start, end, master| {
+            Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
+        };
+        let reply = Reply::Array(vec![
+            range(0, 8191, node("0:0:0:0:0:0:0:1", 7000)),
+            range(8192, 16383, node("REDIS-B.EXAMPLE", 7001)),
+        ]);
+        db.apply_slots(parse_slots(&reply, "::1").unwrap());
+        assert_eq!(ids(&db), before, "the seeds' servers serve the slots");
+        let Some(crate::cluster::Redirection::Moved { to, .. }) =
+            redirection("MOVED 9000 Redis-b.Example:7001", "::1")
+        else {
+            panic!("a MOVED");
+        };
+        assert_eq!(db.cluster_node(&to).unwrap().id, before[1].1);
+        assert_eq!(ids(&db), before);
+        assert_eq!(db.stats().get(Counter::ServersTotal), 2);
+    }
 
     #[test]
     fn hosts_of_locations() {

@@ -11,7 +11,7 @@ use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::commands::{Effect, WAITS_FOREVER};
 use crate::config::Role;
 use crate::connection::Failure;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry, ServerError};
 use crate::reply::Reply;
 use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
@@ -26,6 +26,34 @@ enum Outcome<'a> {
     /// `ROLE` just said the server is a replica, and a master is needed:
     /// not a failure, the next candidate is tried.
     NotAMaster,
+}
+
+/// One `execute()`: its command and what was decided for it once, handed
+/// along the attempts (standalone, pinned, cluster, discovery).
+pub(super) struct Execution<'x> {
+    pub(super) command: &'x mut Command,
+    pub(super) effect: Effect,
+    /// `.execute(master)`.
+    pub(super) master: bool,
+    /// Of each request: the command's, else the database's (`None`: none).
+    pub(super) timeout: Option<Duration>,
+    pub(super) retries: u32,
+    /// When the whole execution must be over (`None`: no bound).
+    pub(super) deadline: Option<Instant>,
+    pub(super) task: &'x mut TaskConnection,
+    /// Routing and connection decisions for `debug=true`, and warnings.
+    pub(super) debug: &'x mut dyn FnMut(Note),
+}
+
+impl Execution<'_> {
+    /// The timeout of one request, ending by the deadline.
+    pub(super) fn request_timeout(&self) -> Option<Duration> {
+        within(self.timeout, self.deadline)
+    }
+
+    pub(super) fn note(&mut self, note: Note) {
+        (self.debug)(note);
+    }
 }
 
 /// A rotation per worker thread, so that equal replicas share the load
@@ -56,12 +84,6 @@ pub(super) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Op
             Some(timeout.map_or(left, |timeout| timeout.min(left)))
         }
     }
-}
-
-/// An error reply saying the server's role is not what routing thought:
-/// a write to a demoted master, or a replica cut from its master.
-fn says_role_changed(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(text) if text.starts_with("READONLY") || text.starts_with("MASTERDOWN"))
 }
 
 impl Database {
@@ -113,23 +135,36 @@ impl Database {
             return Err(err);
         }
         let deadline = self.deadline(timeout, retries);
-        if let Some(pinned) = task.pinned.take() {
-            return self.execute_pinned(command, effect, pinned, timeout, deadline, task, debug);
+        let x = &mut Execution {
+            command,
+            effect,
+            master,
+            timeout,
+            retries,
+            deadline,
+            task,
+            debug,
+        };
+        if let Some(pinned) = x.task.pinned.take() {
+            return self.execute_pinned(x, pinned);
         }
         if let Some(cluster) = &self.cluster {
-            return self.execute_cluster(
-                cluster, command, effect, master, timeout, retries, deadline, task, debug,
-            );
+            return self.execute_cluster(cluster, x);
         }
-        let master_only = master || self.config.ignore_slaves;
+        self.execute_standalone(x)
+    }
+
+    /// Along the execution plan of the (standalone) servers.
+    fn execute_standalone(&self, x: &mut Execution) -> Result<Reply> {
+        let master_only = x.master || self.config.ignore_slaves;
         let topology = self.topology();
         // For debug lines only (no allocation otherwise).
         let name = if self.config.debug {
-            command.logged_name()
+            x.command.logged_name()
         } else {
             String::new()
         };
-        let plan_now = |debug: &mut dyn FnMut(Note)| {
+        let plan_now = |x: &mut Execution| {
             let now = Instant::now();
             let candidates: Candidates = topology
                 .servers
@@ -144,11 +179,11 @@ impl Database {
             if self.config.debug {
                 let locations: Vec<&str> = topology.servers.iter().map(|s| s.location()).collect();
                 let text = routing::describe(&name, master_only, &locations, &candidates, &plan);
-                debug(Note::Debug(&text));
+                x.note(Note::Debug(&text));
             }
             plan
         };
-        let mut plan = plan_now(debug);
+        let mut plan = plan_now(x);
         let mut replanned = false;
         let no_server = || Error::NoServer {
             role: if master_only {
@@ -174,7 +209,7 @@ impl Database {
                 }
                 replanned = true;
                 not_masters.clear();
-                plan = plan_now(debug);
+                plan = plan_now(x);
                 position = 0;
                 continue;
             }
@@ -187,37 +222,52 @@ impl Database {
             }
             let server = &topology.servers[index];
             if self.config.debug {
-                debug(Note::Debug(&format!(
+                x.note(Note::Debug(&format!(
                     "sending {} to {}",
-                    command.logged_name(),
+                    x.command.logged_name(),
                     server.location()
                 )));
             }
-            let outcome = self.attempt(command, server, master_only, timeout, deadline, debug);
+            let outcome = self.attempt(x, server, master_only);
             match outcome {
                 Ok(Outcome::Reply(reply, lease)) => {
-                    if says_role_changed(&reply) {
-                        self.roles_changed(server, debug);
+                    match ServerError::of_reply(&reply).map(ServerError::retry) {
+                        Some(Retry::RolesChanged) => self.roles_changed(server, x),
+                        Some(Retry::Again) if failed < x.retries => {
+                            // Not run (LOADING): the next candidate may serve it.
+                            drop(lease);
+                            failed += 1;
+                            self.stats.inc(Counter::CommandsRetried);
+                            if let (true, Reply::Error(text)) = (self.config.debug, &reply) {
+                                let text = format!(
+                                    "{} replied {text}; retrying on the next candidate",
+                                    server.location(),
+                                );
+                                x.note(Note::Debug(&text));
+                            }
+                            continue;
+                        }
+                        _ => {}
                     }
-                    return Ok(self.settle(reply, effect, lease, server, task));
+                    return Ok(self.settle(x, reply, lease, server));
                 }
                 Ok(Outcome::NotAMaster) => {
                     if self.config.debug {
-                        debug(Note::Debug(&format!(
+                        x.note(Note::Debug(&format!(
                             "skipping {}: ROLE says it is a replica, a master is needed",
                             server.location()
                         )));
                     }
                     not_masters.push(index);
                 }
-                Err(err) if failed < retries => {
+                Err(err) if failed < x.retries => {
                     self.stats.inc(Counter::CommandsFailed);
                     if self.config.debug {
                         let text = format!(
                             "attempt {} failed ({err}); retrying on the next candidate",
                             failed + 1
                         );
-                        debug(Note::Debug(&text));
+                        x.note(Note::Debug(&text));
                     }
                     failed += 1;
                     self.stats.inc(Counter::CommandsRetried);
@@ -233,9 +283,9 @@ impl Database {
     /// A reply said `server` is not what routing thought: a failover
     /// happened. Every `type=auto` server is asked its role again before
     /// its next command, so the promoted replica is found too.
-    fn roles_changed(&self, server: &Server, debug: &mut dyn FnMut(Note)) {
+    fn roles_changed(&self, server: &Server, x: &mut Execution) {
         if self.config.debug {
-            debug(Note::Debug(&format!(
+            x.note(Note::Debug(&format!(
                 "{} changed role (a failover?): asking every role again",
                 server.location()
             )));
@@ -247,25 +297,20 @@ impl Database {
 
     fn attempt<'a>(
         &'a self,
-        command: &mut Command,
+        x: &mut Execution,
         server: &'a Server,
         master_only: bool,
-        timeout: Option<Duration>,
-        deadline: Option<Instant>,
-        debug: &mut dyn FnMut(Note),
     ) -> Result<Outcome<'a>> {
-        let mut lease = self.lease(server, command, true, deadline)?;
+        let mut lease = self.lease(server, x.command, true, x.deadline)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
-            match self.request(&mut lease, server, ROLE, within(timeout, deadline))? {
+            match self.request(&mut lease, server, ROLE, x.request_timeout())? {
                 // An ACL user without +role, or ROLE renamed away: it will
                 // never answer, so fall back for good. (Other errors, such
                 // as LOADING, leave the role to the next connection.)
-                Reply::Error(text)
-                    if text.starts_with("NOPERM") || text.starts_with("ERR unknown command") =>
-                {
+                Reply::Error(text) if ServerError::of(&text).retry() == Retry::Refused => {
                     if server.role_refused() {
-                        debug(Note::Warning(&format!(
+                        x.note(Note::Warning(&format!(
                             "ROLE refused by {} ({text}): taken as a master",
                             server.location()
                         )));
@@ -278,7 +323,7 @@ impl Database {
                         if before != Role::Auto && before != role {
                             // A failover: the other servers' roles are
                             // stale too (the replica promoted, ...).
-                            self.roles_changed(server, debug);
+                            self.roles_changed(server, x);
                         }
                         if role == Role::Slave && master_only {
                             return Ok(Outcome::NotAMaster);
@@ -287,7 +332,7 @@ impl Database {
                 }
             }
         }
-        let reply = self.send(&mut lease, server, command, timeout, deadline, false)?;
+        let reply = self.send(&mut lease, server, x, false)?;
         Ok(Outcome::Reply(reply, lease))
     }
 
@@ -295,35 +340,25 @@ impl Database {
     /// connection would run it outside the task's transaction (or without
     /// the state it set), so a failure closes the connection and loses
     /// them.
-    #[allow(clippy::too_many_arguments)]
-    fn execute_pinned(
-        &self,
-        command: &mut Command,
-        effect: Effect,
-        pinned: Pinned,
-        timeout: Option<Duration>,
-        deadline: Option<Instant>,
-        task: &mut TaskConnection,
-        debug: &mut dyn FnMut(Note),
-    ) -> Result<Reply> {
+    fn execute_pinned(&self, x: &mut Execution, pinned: Pinned) -> Result<Reply> {
         let server = pinned.server.clone();
         if self.config.debug {
             let text = format!(
                 "sending {} to {} on the connection this task keeps",
-                command.logged_name(),
+                x.command.logged_name(),
                 server.location()
             );
-            debug(Note::Debug(&text));
+            x.note(Note::Debug(&text));
         }
         let mut lease = self.unpin(pinned);
-        let in_multi = task.session.in_multi();
-        match self.send(&mut lease, &server, command, timeout, deadline, in_multi) {
-            Ok(reply) => Ok(self.settle(reply, effect, lease, &server, task)),
+        let in_multi = x.task.session.in_multi();
+        match self.send(&mut lease, &server, x, in_multi) {
+            Ok(reply) => Ok(self.settle(x, reply, lease, &server)),
             Err(err) => {
                 // Failed requests leave the connection broken; make sure
                 // nothing left on it can reach another task.
                 lease.retire();
-                task.session.lose();
+                x.task.session.lose();
                 self.stats.inc(Counter::CommandsFailed);
                 Err(err)
             }
@@ -335,12 +370,12 @@ impl Database {
     /// released.
     pub(super) fn settle(
         &self,
+        x: &mut Execution,
         reply: Reply,
-        effect: Effect,
         mut lease: Lease<'_>,
         server: &Arc<Server>,
-        task: &mut TaskConnection,
     ) -> Reply {
+        let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts commands that got a reply,
         // `failed` every attempt that got none.
         self.stats.inc(Counter::CommandsTotal);
@@ -358,34 +393,34 @@ impl Database {
         reply
     }
 
-    /// Sends `command` on `lease`: an `EVAL` as `EVALSHA` first, unless
+    /// Sends the command of `x` on `lease`: an `EVAL` as `EVALSHA` first, unless
     /// `in_multi`, where the `NOSCRIPT` would only come with the `EXEC`.
     /// Each request ends by `deadline`.
     pub(super) fn send(
         &self,
         lease: &mut Lease<'_>,
         server: &Server,
-        command: &mut Command,
-        timeout: Option<Duration>,
-        deadline: Option<Instant>,
+        x: &mut Execution,
         in_multi: bool,
     ) -> Result<Reply> {
         let evalsha = if in_multi {
             None
         } else {
-            command.packed_as_evalsha()
+            x.command.packed_as_evalsha()
         };
         match evalsha {
-            Some(evalsha) => {
-                match self.request(lease, server, &evalsha, within(timeout, deadline))? {
-                    Reply::Error(text) if text.starts_with("NOSCRIPT") => {
-                        self.stats.inc(Counter::CommandsNoscript);
-                        self.request(lease, server, command.packed(), within(timeout, deadline))
-                    }
-                    reply => Ok(reply),
+            Some(evalsha) => match self.request(lease, server, &evalsha, x.request_timeout())? {
+                Reply::Error(text) if ServerError::of(&text).retry() == Retry::AsScript => {
+                    self.stats.inc(Counter::CommandsNoscript);
+                    let timeout = x.request_timeout();
+                    self.request(lease, server, x.command.packed(), timeout)
                 }
+                reply => Ok(reply),
+            },
+            None => {
+                let timeout = x.request_timeout();
+                self.request(lease, server, x.command.packed(), timeout)
             }
-            None => self.request(lease, server, command.packed(), within(timeout, deadline)),
         }
     }
 
