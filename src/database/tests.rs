@@ -844,3 +844,45 @@ fn pipelined_workers_share_one_connection_and_each_reads_its_own_key() {
     let clients = redis.cli(&["CLIENT", "LIST"]);
     assert_eq!(clients.lines().count(), 3, "{clients}");
 }
+
+/// `.timeout(999999999999999)` with `.retries(10000000)` from VCL: the
+/// bound of the whole execute is past what the clock can hold. No panic:
+/// no bound, and the command runs (each mode: the multiplexer computes
+/// its own deadline from the timeout).
+#[test]
+fn a_timeout_and_retries_past_the_clock_mean_no_bound_not_a_panic() {
+    let redis = RedisProcess::start(&[]);
+    for (shared, pipelining) in [(false, false), (true, false), (true, true)] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.pipelining = pipelining;
+            args.connection_timeout = 500;
+            args.command_timeout = 500;
+        });
+        assert_eq!(
+            db.deadline(Some(Duration::from_millis(999_999_999_999_999)), 10_000_000),
+            None
+        );
+        assert!(db
+            .deadline(Some(Duration::from_millis(500)), 10_000_000)
+            .is_some());
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(999_999_999_999_999));
+        ping.retries = Some(10_000_000);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(i64::MAX as u64));
+        ping.retries = Some(u32::MAX);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+    }
+}
