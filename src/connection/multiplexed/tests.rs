@@ -348,3 +348,30 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
     assert_eq!(reply.ok(), Some(Reply::String(value.into_bytes())));
     drop(redis);
 }
+
+/// The fence is a `PING`: a user whose ACL refuses it is told so, and
+/// gets no reply that the fence could not vouch for.
+#[test]
+fn a_user_without_ping_is_told_that_pipelining_needs_it() {
+    let redis = RedisProcess::start(&[]);
+    redis.cli(&[
+        "ACL", "SETUSER", "limited", "on", ">pw", "+get", "+set", "~*",
+    ]);
+    let location = redis.location().parse().expect("location");
+    let connector = Connector::new(
+        &location,
+        Some("limited"),
+        Some("pw"),
+        Protocol::Default,
+        None,
+        None,
+    )
+    .expect("connector");
+    let mux = Multiplexed::default();
+    let deadline = Some(Instant::now() + Duration::from_secs(2));
+    let get = run(&mux, &connector, &["GET", "k"], deadline);
+    let Err(MuxError::Failed(Failure::Protocol(err))) = get else {
+        panic!("{get:?}");
+    };
+    assert!(err.to_string().contains("refused PING"), "{err}");
+}
