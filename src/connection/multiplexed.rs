@@ -489,13 +489,16 @@ impl Multiplexed {
             let routed = match read {
                 Ok(read) => state.route(read, mine),
                 Err(Failure::Timeout) => {
-                    let front_due = state
-                        .front_deadline()
-                        .is_some_and(|due| due <= Instant::now());
-                    if front_due {
+                    let now = Instant::now();
+                    let due = |deadline: Option<Instant>| deadline.is_some_and(|due| due <= now);
+                    if due(state.front_deadline()) {
                         // The oldest request's reply did not come in time:
                         // nothing read on this connection can be trusted.
                         Err(Failure::Timeout)
+                    } else if !due(mine.deadline) {
+                        // Woken early (a partial TLS record stays in
+                        // rustls, a partial reply in the buffer): read on.
+                        Ok(false)
                     } else {
                         // This worker's own deadline: someone else reads
                         // on, with theirs.
