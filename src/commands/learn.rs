@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::model::{Found, Model};
 use super::parse::parse_command_reply;
@@ -113,13 +113,13 @@ impl Commands {
 
     /// On a new connection to `server`: learns the server's model unless
     /// its version was checked since its last failure (see the module
-    /// documentation). Each request within `timeout`. A failure leaves
-    /// `conn` broken, and the next connection tries again.
+    /// documentation). Every request ends by `until` (none: no bound). A
+    /// failure leaves `conn` broken, and the next connection tries again.
     pub(crate) fn learn(
         &self,
         server: &Server,
         conn: &mut Connection,
-        timeout: Option<Duration>,
+        until: Option<Instant>,
     ) -> Result<(), Failure> {
         {
             let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
@@ -131,7 +131,7 @@ impl Commands {
             }
             checked.insert(server.id, Instant::now());
         }
-        let learnt = self.read(conn, timeout);
+        let learnt = self.read(conn, until);
         if learnt.is_err() {
             let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
             checked.remove(&server.id);
@@ -139,8 +139,17 @@ impl Commands {
         learnt
     }
 
-    fn read(&self, conn: &mut Connection, timeout: Option<Duration>) -> Result<(), Failure> {
-        let Some(version) = version_of(&conn.request(INFO_SERVER, timeout)?) else {
+    fn read(&self, conn: &mut Connection, until: Option<Instant>) -> Result<(), Failure> {
+        // The time left, checked before each request: the two share one
+        // bound, and none starts once it is spent.
+        let left = || match until {
+            None => Ok(None),
+            Some(until) => match until.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Ok(Some(left)),
+                _ => Err(Failure::Timeout),
+            },
+        };
+        let Some(version) = version_of(&conn.request(INFO_SERVER, left()?)?) else {
             return Ok(());
         };
         if self.model().source == version {
@@ -148,7 +157,7 @@ impl Commands {
         }
         let index = match registered(&version) {
             Some(index) => Some(index),
-            None => match parse_command_reply(&conn.request(COMMAND, timeout)?) {
+            None => match parse_command_reply(&conn.request(COMMAND, left()?)?) {
                 Ok(described) => register(&version, Model::build(version.clone(), described)),
                 // Refused (`NOPERM`, renamed): keep what is in use.
                 Err(_) => None,

@@ -527,7 +527,7 @@ fn the_model_is_read_once_per_server_then_after_a_failure() {
     let commands = Commands::default();
     let timeout = Some(std::time::Duration::from_secs(5));
     let mut conn = server.connector.connect(&Stats::default()).unwrap();
-    commands.learn(&server, &mut conn, timeout).unwrap();
+    commands.learn(&server, &mut conn, until(timeout)).unwrap();
     let version = redis.cli(&["INFO", "server"]);
     let version = version
         .lines()
@@ -537,13 +537,13 @@ fn the_model_is_read_once_per_server_then_after_a_failure() {
     // The INFO of the learning, and the one just above.
     assert_eq!(command_calls(&redis), 2);
     let mut again = server.connector.connect(&Stats::default()).unwrap();
-    commands.learn(&server, &mut again, timeout).unwrap();
+    commands.learn(&server, &mut again, until(timeout)).unwrap();
     assert_eq!(command_calls(&redis), 3, "not asked on a second connection");
     std::thread::sleep(std::time::Duration::from_millis(2));
     server.health.mark_failed();
     std::thread::sleep(std::time::Duration::from_millis(2));
     let mut after = server.connector.connect(&Stats::default()).unwrap();
-    commands.learn(&server, &mut after, timeout).unwrap();
+    commands.learn(&server, &mut after, until(timeout)).unwrap();
     assert_eq!(command_calls(&redis), 5, "asked again after a failure");
     // The connection is usable as before.
     assert_eq!(request(&mut after, &["PING"]), Reply::Status("PONG".into()));
@@ -561,7 +561,11 @@ fn a_server_that_refuses_command_leaves_the_fallback() {
     let commands = Commands::default();
     let mut conn = server.connector.connect(&Stats::default()).unwrap();
     commands
-        .learn(&server, &mut conn, Some(std::time::Duration::from_secs(5)))
+        .learn(
+            &server,
+            &mut conn,
+            until(Some(std::time::Duration::from_secs(5))),
+        )
         .unwrap();
     assert!(commands.model().source.starts_with("built-in"));
     assert_eq!(request(&mut conn, &["PING"]), Reply::Status("PONG".into()));
@@ -617,4 +621,9 @@ fn redis_80_and_valkey_81_read_in_both_protocols() {
             assert_eq!(model.find(&getex).keys(&getex), [&b"h"[..]]);
         }
     }
+}
+
+/// The deadline `timeout` from now.
+fn until(timeout: Option<std::time::Duration>) -> Option<std::time::Instant> {
+    timeout.map(|timeout| std::time::Instant::now() + timeout)
 }

@@ -9,11 +9,15 @@ pub(crate) mod multiplexed;
 pub mod private;
 pub mod resp;
 pub mod shared;
+mod tls_stream;
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use tls_stream::TlsStream;
 
 use crate::command::Command;
 use crate::config::{Location, Protocol};
@@ -104,29 +108,29 @@ impl Connector {
         }
     }
 
+    /// Connects, TLS and HELLO / AUTH included, all of it within
+    /// `timeout` (the name lookup and a UNIX connect too).
     fn open(&self, timeout: Option<Duration>) -> std::result::Result<Connection, String> {
+        let limit = Limit::within(timeout);
+        // The socket timeout the TLS handshake left on the socket.
+        let mut armed = None;
         let stream = match &self.location {
             Location::Tcp { host, port } => {
-                let addrs: Vec<SocketAddr> = (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .map_err(|err| format!("cannot resolve {host}: {err}"))?
-                    .collect();
-                let stream = connect_any(&addrs, timeout).map_err(|e| e.to_string())?;
+                let addrs = resolve(host, *port, limit)
+                    .map_err(|err| format!("cannot resolve {host}: {err}"))?;
+                let stream = connect_any(&addrs, limit).map_err(|e| e.to_string())?;
                 // Requests are single writes; never wait for Nagle.
                 stream.set_nodelay(true).map_err(|e| e.to_string())?;
                 match &self.tls {
-                    Some(tls) => Stream::Tls(Box::new(tls_handshake(tls, host, stream, timeout)?)),
+                    Some(tls) => {
+                        let mut arm_tls = |sock: &TcpStream| arm(sock, &mut armed, limit);
+                        let shaken = tls_stream::handshake(tls, host, stream, &mut arm_tls)?;
+                        Stream::Tls(Box::new(shaken))
+                    }
                     None => Stream::Tcp(stream),
                 }
             }
-            Location::Unix(path) => {
-                Stream::Unix(UnixStream::connect(path).map_err(|e| e.to_string())?)
-            }
-        };
-        // The TLS handshake left its timeout on the socket.
-        let socket_timeout = match stream {
-            Stream::Tls(_) => timeout,
-            _ => None,
+            Location::Unix(path) => Stream::Unix(connect_unix(path, limit)?),
         };
         let mut conn = Connection {
             stream,
@@ -137,19 +141,19 @@ impl Connector {
             last_used: Instant::now(),
             role_asked: false,
             readonly_sent: false,
-            timeout: socket_timeout,
+            armed,
             broken: false,
             scan: resp::ScanState::default(),
         };
         if let Some(handshake) = &self.handshake {
             // The handshake is bounded by the connect timeout too.
-            if let Some(text) = conn.handshake(handshake, timeout)? {
+            if let Some(text) = conn.handshake(handshake, limit)? {
                 if !(self.sends_hello && text.starts_with("ERR unknown command")) {
                     return Err(refusal(&text));
                 }
                 // No HELLO here: as redis-rs does, AUTH alone and RESP2.
                 if let Some(auth) = &self.auth_without_hello {
-                    if let Some(text) = conn.handshake(auth, timeout)? {
+                    if let Some(text) = conn.handshake(auth, limit)? {
                         return Err(refusal(&text));
                     }
                 }
@@ -222,83 +226,141 @@ fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> 
     Some(command.packed().to_vec())
 }
 
-type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+/// When an exchange on a connection (or the opening of one) must be
+/// over. Every socket wait is armed with the time left before it, so that
+/// neither one wait nor their sum (a reply, a TLS record arriving a byte at
+/// a time) ends past it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit {
+    /// None: no bound (no timeout, or one past what the clock holds).
+    deadline: Option<Instant>,
+}
 
-/// Stack of the thread that runs a TLS handshake.
-const TLS_HANDSHAKE_STACK: usize = 1 << 20;
+/// A socket already armed with a timeout at most this much longer than the
+/// time left keeps it: consecutive commands with the same timeout cost no
+/// system call, and a wait ends at most this late.
+const REARM_SLACK: Duration = Duration::from_millis(1);
 
-/// The TLS handshake on a fresh TCP connection, within `timeout`. The
-/// error says why (e.g. `invalid peer certificate: UnknownIssuer`).
-fn tls_handshake(
-    tls: &Tls,
-    host: &str,
-    tcp: TcpStream,
-    timeout: Option<Duration>,
-) -> std::result::Result<TlsStream, String> {
-    let name = tls
-        .server_name(host)
-        .ok_or_else(|| format!("TLS: {host:?} is no valid server name (set tls_sni)"))?;
-    // Building the session (its ClientHello, key shares) and verifying the
-    // server's certificate need more stack than a Varnish worker has
-    // (thread_pool_stack, 80 KiB by default: a debug build overflowed it in
-    // `ClientConnection::new` on a pipelined connect). Both run on a thread
-    // of its own, once per connection; the worker only gets the finished
-    // stream.
-    let shaken = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("vredis-tls".into())
-            .stack_size(TLS_HANDSHAKE_STACK)
-            .spawn_scoped(scope, move || {
-                let session = tls
-                    .session(name)
-                    .map_err(|e| Shake::Setup(format!("TLS: {e}")))?;
-                let mut stream = rustls::StreamOwned::new(session, tcp);
-                let io = (|| {
-                    stream.sock.set_read_timeout(timeout)?;
-                    stream.sock.set_write_timeout(timeout)?;
-                    while stream.conn.is_handshaking() {
-                        stream.conn.complete_io(&mut stream.sock)?;
-                    }
-                    Ok(())
-                })();
-                io.map(|()| stream).map_err(Shake::Io)
-            })
-            .map_err(|e| {
-                Shake::Io(io::Error::other(format!(
-                    "cannot start the handshake thread: {e}"
-                )))
-            })?
-            .join()
-            .unwrap_or_else(|_| Err(Shake::Io(io::Error::other("the handshake thread panicked"))))
-    });
-    match shaken {
-        Ok(stream) => Ok(stream),
-        Err(Shake::Setup(e)) => Err(e),
-        Err(Shake::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err("TLS handshake: timeout".into())
+impl Limit {
+    /// `timeout` from now (none: no bound).
+    pub(crate) fn within(timeout: Option<Duration>) -> Limit {
+        Limit {
+            deadline: timeout.and_then(|timeout| Instant::now().checked_add(timeout)),
         }
-        Err(Shake::Io(e)) => Err(format!("TLS handshake failed: {e}")),
+    }
+
+    pub(crate) fn by(deadline: Option<Instant>) -> Limit {
+        Limit { deadline }
+    }
+
+    /// The socket timeout of the next wait: the time left (`TimedOut` when
+    /// it is spent), or none.
+    fn wait(self) -> io::Result<Option<Duration>> {
+        match self.deadline {
+            None => Ok(None),
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    Err(io::ErrorKind::TimedOut.into())
+                } else {
+                    Ok(Some(left))
+                }
+            }
+        }
     }
 }
 
-/// Why a handshake thread gave no stream.
-enum Shake {
-    /// The session could not be set up (nothing was sent).
-    Setup(String),
-    Io(io::Error),
+/// A blocking socket whose waits take a timeout.
+trait Timeouts {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()>;
 }
 
-fn connect_any(addrs: &[SocketAddr], timeout: Option<Duration>) -> io::Result<TcpStream> {
+impl Timeouts for TcpStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+            .and_then(|()| self.set_write_timeout(timeout))
+    }
+}
+
+impl Timeouts for UnixStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+            .and_then(|()| self.set_write_timeout(timeout))
+    }
+}
+
+/// Arms `sock` for one wait that must end by `limit`; `armed` is the
+/// timeout the socket has now (kept when close enough: no system call).
+fn arm(sock: &impl Timeouts, armed: &mut Option<Duration>, limit: Limit) -> io::Result<()> {
+    let wait = limit.wait()?;
+    let close_enough = match (*armed, wait) {
+        (Some(armed), Some(wait)) => armed >= wait && armed - wait <= REARM_SLACK,
+        (armed, wait) => armed == wait,
+    };
+    if !close_enough {
+        sock.set_timeouts(wait)?;
+        *armed = wait;
+    }
+    Ok(())
+}
+
+/// Runs `work`, a blocking call that takes no timeout (a name lookup, a
+/// UNIX connect), on a thread of its own and waits for it until `limit`.
+/// On timeout the thread finishes alone and its result is dropped. Without
+/// a bound it runs here.
+fn bounded<T: Send + 'static>(
+    limit: Limit,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let Some(deadline) = limit.deadline else {
+        return work();
+    };
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("vredis-connect".into())
+        .spawn(move || {
+            let _ = done.send(work());
+        })?;
+    match result.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(result) => result,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(io::Error::other("the lookup thread stopped"))
+        }
+    }
+}
+
+/// The addresses of `host`: an IP address as it is, a name looked up
+/// within `limit` (`getaddrinfo` takes no timeout).
+fn resolve(host: &str, port: u16, limit: Limit) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let host = host.to_owned();
+    bounded(limit, move || {
+        (host.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+    })
+}
+
+/// A UNIX-socket connect within `limit`: it blocks while the server's
+/// accept queue is full (a frozen server).
+fn connect_unix(path: &Path, limit: Limit) -> std::result::Result<UnixStream, String> {
+    let path = path.to_owned();
+    bounded(limit, move || UnixStream::connect(path)).map_err(|e| e.to_string())
+}
+
+fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
-        let attempt = match timeout {
-            Some(timeout) => TcpStream::connect_timeout(addr, timeout),
-            None => TcpStream::connect(addr),
+        let attempt = match limit.wait() {
+            Ok(Some(left)) => TcpStream::connect_timeout(addr, left),
+            Ok(None) => TcpStream::connect(addr),
+            Err(_) if last.kind() != io::ErrorKind::NotFound => return Err(last),
+            Err(spent) => return Err(spent),
         };
         match attempt {
             Ok(stream) => return Ok(stream),
@@ -316,21 +378,6 @@ enum Stream {
 }
 
 impl Stream {
-    fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s
-                .set_read_timeout(timeout)
-                .and_then(|()| s.set_write_timeout(timeout)),
-            Stream::Unix(s) => s
-                .set_read_timeout(timeout)
-                .and_then(|()| s.set_write_timeout(timeout)),
-            Stream::Tls(s) => s
-                .sock
-                .set_read_timeout(timeout)
-                .and_then(|()| s.sock.set_write_timeout(timeout)),
-        }
-    }
-
     fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(nonblocking),
@@ -339,22 +386,61 @@ impl Stream {
         }
     }
 
-    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes all of `bytes`, each wait armed to end by `limit`.
+    fn write_all(
+        &mut self,
+        bytes: &[u8],
+        armed: &mut Option<Duration>,
+        limit: Limit,
+    ) -> io::Result<()> {
         match self {
-            Stream::Tcp(s) => s.write_all(bytes),
-            Stream::Unix(s) => s.write_all(bytes),
-            // rustls buffers what it encrypts: flush sends it all now.
-            Stream::Tls(s) => s.write_all(bytes).and_then(|()| s.flush()),
+            Stream::Tcp(s) => write_all(s, bytes, armed, limit),
+            Stream::Unix(s) => write_all(s, bytes, armed, limit),
+            Stream::Tls(s) => tls_stream::write_all(s, bytes, &mut |sock| arm(sock, armed, limit)),
         }
     }
 
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads some bytes, the wait armed to end by `limit`.
+    fn read(
+        &mut self,
+        buf: &mut [u8],
+        armed: &mut Option<Duration>,
+        limit: Limit,
+    ) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
+            Stream::Unix(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
+            Stream::Tls(s) => tls_stream::read(s, buf, &mut |sock| arm(sock, armed, limit)),
+        }
+    }
+
+    /// Reads what is there without waiting (the socket is non-blocking).
+    fn read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
+            Stream::Tls(s) => tls_stream::read(s, buf, &mut |_| Ok(())),
         }
     }
+}
+
+/// `write_all` on a plain socket, each write armed to end by `limit`.
+fn write_all<S: Timeouts + Write>(
+    sock: &mut S,
+    mut bytes: &[u8],
+    armed: &mut Option<Duration>,
+    limit: Limit,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        arm(sock, armed, limit)?;
+        match sock.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => bytes = &bytes[written..],
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
 }
 
 /// One open connection. `broken` is set after any failure so the pool drops
@@ -375,7 +461,7 @@ pub struct Connection {
     readonly_sent: bool,
     /// The socket timeout currently set, to skip setsockopt calls when
     /// consecutive commands use the same timeout.
-    timeout: Option<Duration>,
+    armed: Option<Duration>,
     broken: bool,
     /// How far the reply in `buf[start..end]` has been scanned.
     scan: resp::ScanState,
@@ -467,7 +553,7 @@ impl Connection {
         self.last_used = now;
         let mut byte = [0u8; 1];
         let closed = self.stream.set_nonblocking(true).is_err()
-            || !matches!(self.stream.read(&mut byte), Err(err) if err.kind() == io::ErrorKind::WouldBlock);
+            || !matches!(self.stream.read_now(&mut byte), Err(err) if err.kind() == io::ErrorKind::WouldBlock);
         closed || self.stream.set_nonblocking(false).is_err()
     }
 
@@ -481,9 +567,9 @@ impl Connection {
     fn handshake(
         &mut self,
         packed: &[u8],
-        timeout: Option<Duration>,
+        limit: Limit,
     ) -> std::result::Result<Option<String>, String> {
-        match self.request(packed, timeout) {
+        match self.request_by(packed, limit) {
             Ok(Reply::Error(text)) => Ok(Some(text)),
             Ok(_) => Ok(None),
             Err(failure) => Err(format!("handshake failed: {failure}")),
@@ -491,20 +577,23 @@ impl Connection {
     }
 
     /// Sends one packed request and reads its reply (error replies are
-    /// replies, not failures). The whole exchange takes at most about
-    /// `timeout` (each socket wait is bounded by it, and the deadline is
-    /// checked between reads). A failure marks the connection broken.
+    /// replies, not failures), all of it within `timeout` (none: no
+    /// bound). A failure marks the connection broken.
     pub fn request(
         &mut self,
         packed: &[u8],
         timeout: Option<Duration>,
     ) -> std::result::Result<Reply, Failure> {
+        self.request_by(packed, Limit::within(timeout))
+    }
+
+    fn request_by(&mut self, packed: &[u8], limit: Limit) -> std::result::Result<Reply, Failure> {
         if self.broken {
             // Out of step (see `exchange`): what it reads next would not be
             // the reply to `packed`.
             return Err(resp::ProtocolError::Malformed("bytes after the previous reply").into());
         }
-        let result = self.exchange(packed, timeout);
+        let result = self.exchange(packed, limit);
         if result.is_err() {
             self.broken = true;
         }
@@ -518,11 +607,7 @@ impl Connection {
         packed: &[u8],
         timeout: Option<Duration>,
     ) -> std::result::Result<(), Failure> {
-        if self.timeout != timeout {
-            self.stream.set_timeout(timeout)?;
-            self.timeout = timeout;
-        }
-        let sent = self.stream.write_all(packed).map_err(Failure::from);
+        let sent = self.write_requests(packed, Limit::within(timeout));
         if sent.is_err() {
             self.broken = true;
         }
@@ -533,12 +618,7 @@ impl Connection {
     /// at most `wait`. A timeout is not a failure here: bytes of a message
     /// that has not fully arrived stay buffered for the next call.
     pub(crate) fn receive(&mut self, wait: Duration) -> std::result::Result<Reply, Failure> {
-        let wait = wait.max(Duration::from_millis(1));
-        if self.timeout != Some(wait) {
-            self.stream.set_timeout(Some(wait))?;
-            self.timeout = Some(wait);
-        }
-        let deadline = Instant::now() + wait;
+        let limit = Limit::within(Some(wait.max(Duration::from_millis(1))));
         loop {
             let scanned = resp::scan_from(&self.buf[self.start..self.end], &mut self.scan);
             match scanned {
@@ -560,10 +640,7 @@ impl Connection {
                     return Err(err.into());
                 }
             }
-            if Instant::now() >= deadline {
-                return Err(Failure::Timeout);
-            }
-            match self.fill() {
+            match self.fill(limit) {
                 Ok(()) => {}
                 Err(Failure::Timeout) => return Err(Failure::Timeout),
                 Err(failure) => {
@@ -574,13 +651,9 @@ impl Connection {
         }
     }
 
-    fn exchange(
-        &mut self,
-        packed: &[u8],
-        timeout: Option<Duration>,
-    ) -> std::result::Result<Reply, Failure> {
-        self.write_requests(packed, timeout)?;
-        let reply = self.read_reply(timeout)?;
+    fn exchange(&mut self, packed: &[u8], limit: Limit) -> std::result::Result<Reply, Failure> {
+        self.write_requests(packed, limit)?;
+        let reply = self.read_reply(limit)?;
         // Bytes after the reply, unless a RESP3 push, answer no request of
         // ours: the stream is out of step, and the next command must not
         // read them as its reply.
@@ -590,23 +663,13 @@ impl Connection {
         Ok(reply)
     }
 
-    /// Writes packed requests (one or several), each socket wait bounded
-    /// by `timeout`.
+    /// Writes packed requests (one or several), done by `limit`.
     pub(crate) fn write_requests(
         &mut self,
         packed: &[u8],
-        timeout: Option<Duration>,
+        limit: Limit,
     ) -> std::result::Result<(), Failure> {
-        self.set_timeout(timeout)?;
-        Ok(self.stream.write_all(packed)?)
-    }
-
-    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        if self.timeout != timeout {
-            self.stream.set_timeout(timeout)?;
-            self.timeout = timeout;
-        }
-        Ok(())
+        Ok(self.stream.write_all(packed, &mut self.armed, limit)?)
     }
 
     /// Whether a whole reply (or push) is already buffered: reading it
@@ -618,24 +681,27 @@ impl Connection {
         )
     }
 
-    /// Reads the next reply, skipping RESP3 pushes, in about `timeout` at
-    /// most. Bytes after it stay buffered for the next read: the replies
-    /// of later requests when several were written.
-    pub(crate) fn read_reply(
+    /// Reads the next reply, skipping RESP3 pushes, by `limit`. Bytes
+    /// after it stay buffered for the next read: the replies of later
+    /// requests when several were written.
+    pub(crate) fn read_reply(&mut self, limit: Limit) -> std::result::Result<Reply, Failure> {
+        self.read_raw_reply(limit, resp::build)?
+            .map_err(Failure::from)
+    }
+
+    /// Reads the next reply, skipping RESP3 pushes, by `limit`, and gives
+    /// its bytes (the whole RESP value) to `take`.
+    pub(crate) fn read_raw_reply<R>(
         &mut self,
-        timeout: Option<Duration>,
-    ) -> std::result::Result<Reply, Failure> {
-        self.set_timeout(timeout)?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        limit: Limit,
+        mut take: impl FnMut(&[u8]) -> R,
+    ) -> std::result::Result<R, Failure> {
         loop {
             if let Some(len) = resp::scan_from(&self.buf[self.start..self.end], &mut self.scan)? {
                 let bytes = &self.buf[self.start..self.start + len];
-                let reply = if resp::is_push(bytes) {
-                    // An out-of-band push (RESP3): not a reply.
-                    None
-                } else {
-                    Some(resp::build(bytes)?)
-                };
+                // An out-of-band push (RESP3) is not a reply.
+                let push = resp::is_push(bytes);
+                let taken = (!push).then(|| take(bytes));
                 self.start += len;
                 if self.start == self.end {
                     self.start = 0;
@@ -644,21 +710,18 @@ impl Connection {
                         self.buf = Vec::new();
                     }
                 }
-                if let Some(reply) = reply {
+                if let Some(taken) = taken {
                     self.last_used = Instant::now();
-                    return Ok(reply);
+                    return Ok(taken);
                 }
                 continue;
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Err(Failure::Timeout);
-            }
-            self.fill()?;
+            self.fill(limit)?;
         }
     }
 
     /// Reads more bytes into the buffer (at least one, or an error).
-    fn fill(&mut self) -> std::result::Result<(), Failure> {
+    fn fill(&mut self, limit: Limit) -> std::result::Result<(), Failure> {
         if self.start > 0 && self.buf.len() - self.end < READ_CHUNK {
             // Move the unparsed bytes to the front before growing.
             self.buf.copy_within(self.start..self.end, 0);
@@ -675,7 +738,10 @@ impl Connection {
                 .min(resp::MAX_REPLY_BYTES + 2 * READ_CHUNK);
             self.buf.resize(grown, 0);
         }
-        match self.stream.read(&mut self.buf[self.end..]) {
+        match self
+            .stream
+            .read(&mut self.buf[self.end..], &mut self.armed, limit)
+        {
             Ok(0) => Err(Failure::HungUp(io::ErrorKind::UnexpectedEof.into())),
             Ok(read) => {
                 self.end += read;
@@ -688,66 +754,4 @@ impl Connection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn packed(args: &[&[u8]]) -> Vec<u8> {
-        let mut command = Command::new(args[0]);
-        for arg in &args[1..] {
-            command.push(arg);
-        }
-        command.packed().to_vec()
-    }
-
-    /// The Sentinel thread's use of a connection: subscribe, wait for
-    /// messages in short slices (a slice with nothing is no failure), and
-    /// get each message whole, RESP2 array or RESP3 push alike.
-    #[test]
-    fn subscribed_connection_receives_messages_between_timeouts() {
-        let redis = crate::testing::RedisProcess::start(&[]);
-        for protocol in [Protocol::Default, Protocol::Resp3] {
-            let location: Location = redis.location().parse().unwrap();
-            let connector = Connector::new(&location, None, None, protocol, None, None).unwrap();
-            let mut conn = connector.connect(&Stats::default()).unwrap();
-            let wait = Some(Duration::from_secs(2));
-            conn.send(&packed(&[b"PSUBSCRIBE", b"+sw*"]), wait).unwrap();
-            let ack = conn.receive(Duration::from_secs(2)).unwrap();
-            assert!(
-                matches!(&ack, Reply::Array(items) if items.len() == 3),
-                "{ack:?}"
-            );
-            let started = Instant::now();
-            assert!(matches!(
-                conn.receive(Duration::from_millis(50)),
-                Err(Failure::Timeout)
-            ));
-            assert!(started.elapsed() < Duration::from_secs(1));
-            assert!(!conn.is_broken());
-            assert_eq!(redis.cli(&["PUBLISH", "+switch", "main a b"]), "1");
-            let message = conn.receive(Duration::from_secs(2)).unwrap();
-            let Reply::Array(items) = message else {
-                panic!("not a message: {message:?}");
-            };
-            assert_eq!(items.len(), 4);
-            assert_eq!(items[0], Reply::String(b"pmessage".to_vec()));
-            assert_eq!(items[3], Reply::String(b"main a b".to_vec()));
-        }
-    }
-
-    #[test]
-    fn server_text_that_may_quote_a_password_is_not_shown() {
-        let hello =
-            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'pw' ";
-        assert_eq!(loggable_error(hello), "ERR unknown command 'HELLO'");
-        assert_eq!(loggable_error("WRONGTYPE Operation"), "WRONGTYPE Operation");
-        assert_eq!(
-            refusal(hello),
-            "handshake refused (ERR reply; its text is not shown as it may quote the password)"
-        );
-        assert_eq!(
-            refusal("WRONGPASS invalid username-password pair or user is disabled."),
-            "authentication failed (WRONGPASS reply; its text is not shown as it may quote the password)"
-        );
-        assert!(refusal("'pw' is wrong").starts_with("handshake refused (error reply"));
-    }
-}
+mod tests;

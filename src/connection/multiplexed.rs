@@ -12,22 +12,26 @@
 //! Many workers' requests thus cost one write and as few reads as the
 //! kernel needs, in varnishd and in Redis.
 //!
-//! Deadlines: a waiting worker stops at its deadline and marks its request
-//! abandoned; its reply, when it comes, is read and dropped, so the stream
-//! stays in step. A driver that reaches its deadline passes the driving on;
-//! when nobody is left waiting, the connection (which may still owe
-//! replies) is closed. A failed read or write fails every request on the
-//! connection at once, and the next request opens a new one.
+//! A reply never reaches another request, whatever the commands do: see
+//! [`State::in_flight`] for the rule (a fence after every batch, and the
+//! oldest request's deadline). A waiting worker stops at its deadline and
+//! marks its request abandoned; a driver that reaches its own deadline
+//! passes the driving on; when nobody is left waiting, the connection
+//! (which may still owe replies) is closed. A failed read or write fails
+//! every request written on the connection at once; requests queued and
+//! not written yet go to a new connection.
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Connection, Failure};
+use super::resp::ProtocolError;
+use super::{Connection, Failure, Limit};
+use crate::command::Command;
 use crate::error::Error;
 use crate::reply::Reply;
 use crate::stats::{Counter, Stats};
@@ -48,18 +52,81 @@ struct State {
     driving: bool,
     /// Requests queued and not written yet, their bytes in order.
     unsent: Vec<u8>,
-    unsent_slots: Vec<Arc<Slot>>,
-    /// Requests written whose replies are not read yet, in order.
-    in_flight: VecDeque<Arc<Slot>>,
+    /// Their slots, each with the length of its bytes in `unsent`.
+    unsent_slots: Vec<(Arc<Slot>, usize)>,
+    /// What was written and is not answered yet, in order: each batch of
+    /// requests, then its fence (`PING <token>`).
+    ///
+    /// The rule that keeps every reply with its own request:
+    /// - A reply read is *held* by the request at its place (the first
+    ///   `held` requests have theirs) and handed to no one until the
+    ///   fence of its batch has come back as itself, in its own place:
+    ///   then every reply before it is in step, and they are released.
+    ///   A command that gives no reply, or several, moves the replies
+    ///   after it by one: the fence's place then gets another reply (or
+    ///   none), and no held reply is ever released.
+    /// - The driver waits for a reply no longer than the deadline of the
+    ///   oldest request here (the front). When it passes without that
+    ///   reply, or the fence's place gets a reply that is not the fence's,
+    ///   the connection is closed and every request here fails: none gets
+    ///   a reply, none waits for one that will not come.
+    in_flight: VecDeque<InFlight>,
+    /// How many requests at the front of `in_flight` hold their reply.
+    held: usize,
     /// `ROLE` was asked on the open connection.
     role_asked: bool,
+}
+
+enum InFlight {
+    Request(Arc<Slot>),
+    /// Written after a batch of requests: its reply, in its place, says
+    /// that the replies before it are theirs.
+    Fence,
+}
+
+/// The fence request and the exact bytes of its reply: a token random per
+/// process, that no command of a VCL can guess and give back.
+struct Fence {
+    packed: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+fn fence() -> &'static Fence {
+    static FENCE: OnceLock<Fence> = OnceLock::new();
+    FENCE.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // Keyed from the OS's random source, once per process.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let token = format!("vmod-redis-fence-{random:016x}");
+        let mut ping = Command::new(b"PING");
+        ping.push(token.as_bytes());
+        Fence {
+            packed: ping.packed().to_vec(),
+            reply: format!("${}\r\n{token}\r\n", token.len()).into_bytes(),
+        }
+    })
+}
+
+/// What came back in a fence's place.
+enum FenceReply {
+    Itself,
+    /// An error reply: the server refused the `PING` (an ACL without it).
+    Refused,
+    /// Another reply: the stream is out of step.
+    Other,
 }
 
 /// What one waiting request gets.
 struct Slot {
     thread: Thread,
-    /// Written by the driver, taken by the worker.
+    /// When its worker stops waiting (none: never).
+    deadline: Option<Instant>,
+    /// Written by the driver; taken by the worker once `ready`.
     result: Mutex<Option<Result<Reply, Failure>>>,
+    /// The result may be taken: released after its fence, or a failure.
+    ready: AtomicBool,
     /// The worker is to drive next (set under the state lock).
     drive: AtomicBool,
     /// The worker stopped waiting (set under the state lock): its reply
@@ -68,24 +135,47 @@ struct Slot {
 }
 
 impl Slot {
-    fn new() -> Arc<Slot> {
+    fn new(deadline: Option<Instant>) -> Arc<Slot> {
         Arc::new(Slot {
             thread: thread::current(),
+            deadline,
             result: Mutex::new(None),
+            ready: AtomicBool::new(false),
             drive: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
         })
     }
 
-    fn deliver(&self, result: Result<Reply, Failure>) {
-        if !self.abandoned.load(Ordering::Relaxed) {
-            *self.result.lock() = Some(result);
-            self.thread.unpark();
+    fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a reply, not visible to the worker until released.
+    fn hold(&self, reply: Reply) {
+        if !self.abandoned() {
+            *self.result.lock() = Some(Ok(reply));
+        }
+    }
+
+    fn release(&self) {
+        self.ready.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+
+    /// A failure, visible at once (it replaces a held reply).
+    fn fail(&self, failure: Failure) {
+        if !self.abandoned() {
+            *self.result.lock() = Some(Err(failure));
+            self.release();
         }
     }
 
     fn take(&self) -> Option<Result<Reply, Failure>> {
-        self.result.lock().take()
+        if self.ready.load(Ordering::Acquire) {
+            self.result.lock().take()
+        } else {
+            None
+        }
     }
 }
 
@@ -113,12 +203,127 @@ fn copy(failure: &Failure) -> Failure {
     }
 }
 
-fn left(deadline: Option<Instant>) -> Option<Duration> {
-    deadline.map(|deadline| {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    })
+/// The earlier of two deadlines (none: no bound).
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl State {
+    /// The deadline of the oldest request written and not answered.
+    fn front_deadline(&self) -> Option<Instant> {
+        match self.in_flight.front() {
+            Some(InFlight::Request(slot)) => slot.deadline,
+            _ => None,
+        }
+    }
+
+    /// Moves the queued requests in flight, a fence after them, and
+    /// returns their bytes (empty: nothing to write). Requests abandoned
+    /// before they were written are not written at all.
+    fn take_batch(&mut self, stats: &Stats) -> Vec<u8> {
+        let mut batch = std::mem::take(&mut self.unsent);
+        let mut slots = std::mem::take(&mut self.unsent_slots);
+        if slots.iter().any(|(slot, _)| slot.abandoned()) {
+            let mut live = Vec::with_capacity(batch.len());
+            let mut at = 0;
+            for (slot, len) in &slots {
+                if !slot.abandoned() {
+                    live.extend_from_slice(&batch[at..at + len]);
+                }
+                at += len;
+            }
+            slots.retain(|(slot, _)| !slot.abandoned());
+            batch = live;
+        }
+        if slots.is_empty() {
+            batch.clear();
+            return batch;
+        }
+        stats.inc(Counter::PipelineBatches);
+        stats.add(Counter::PipelineCommands, slots.len() as u64);
+        stats.inc(Counter::batch_size(slots.len()));
+        self.in_flight
+            .extend(slots.into_iter().map(|(slot, _)| InFlight::Request(slot)));
+        self.in_flight.push_back(InFlight::Fence);
+        batch.extend_from_slice(&fence().packed);
+        batch
+    }
+
+    /// Gives a written batch's buffer back, to be reused.
+    fn reuse(&mut self, mut batch: Vec<u8>) {
+        if self.unsent.is_empty() && self.unsent.capacity() < batch.capacity() {
+            batch.clear();
+            self.unsent = batch;
+        }
+    }
+
+    /// Whether the next reply to read is a fence's.
+    fn fence_next(&self) -> bool {
+        matches!(self.in_flight.get(self.held), Some(InFlight::Fence))
+    }
+
+    /// Puts one reply in its place (see `in_flight`); true when `mine`
+    /// was released by it.
+    fn route(&mut self, read: Read, mine: &Arc<Slot>) -> Result<bool, Failure> {
+        match read {
+            Read::Reply(reply) => match self.in_flight.get(self.held) {
+                Some(InFlight::Request(slot)) => {
+                    slot.hold(reply);
+                    self.held += 1;
+                    Ok(false)
+                }
+                _ => Err(ProtocolError::Malformed("a reply where none was expected").into()),
+            },
+            Read::Fence(FenceReply::Itself) => {
+                let mut released_mine = false;
+                for entry in self.in_flight.drain(..=self.held) {
+                    if let InFlight::Request(slot) = entry {
+                        released_mine |= Arc::ptr_eq(&slot, mine);
+                        slot.release();
+                    }
+                }
+                self.held = 0;
+                Ok(released_mine)
+            }
+            Read::Fence(FenceReply::Refused) => Err(ProtocolError::Malformed(
+                "the server refused PING, which pipelining=true needs after each batch \
+                 (grant it to the user, or set pipelining=false)",
+            )
+            .into()),
+            Read::Fence(FenceReply::Other) => Err(ProtocolError::Malformed(
+                "replies out of step with the requests (a command gave no reply, or \
+                 several): the pipelined connection was closed",
+            )
+            .into()),
+        }
+    }
+}
+
+/// One reply read on the connection.
+enum Read {
+    Reply(Reply),
+    Fence(FenceReply),
+}
+
+fn read_next(conn: &mut Connection, fence_next: bool, limit: Limit) -> Result<Read, Failure> {
+    if fence_next {
+        let expected = &fence().reply;
+        conn.read_raw_reply(limit, |bytes| {
+            if bytes == expected.as_slice() {
+                FenceReply::Itself
+            } else if bytes.first() == Some(&b'-') {
+                FenceReply::Refused
+            } else {
+                FenceReply::Other
+            }
+        })
+        .map(Read::Fence)
+    } else {
+        conn.read_reply(limit).map(Read::Reply)
+    }
 }
 
 impl Multiplexed {
@@ -134,7 +339,12 @@ impl Multiplexed {
     /// Requests (written but unanswered, or queued) right now.
     pub(crate) fn in_flight(&self) -> usize {
         let state = self.state.lock();
-        state.in_flight.len() + state.unsent_slots.len()
+        let written = state
+            .in_flight
+            .iter()
+            .filter(|entry| matches!(entry, InFlight::Request(_)))
+            .count();
+        written + state.unsent_slots.len()
     }
 
     /// Whether a connection is open (idle or in use).
@@ -160,15 +370,15 @@ impl Multiplexed {
         stats: &Stats,
         refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
-        let slot = Slot::new();
+        let slot = Slot::new(deadline);
         {
             let mut state = self.state.lock();
             state.unsent.extend_from_slice(packed);
-            state.unsent_slots.push(slot.clone());
+            state.unsent_slots.push((slot.clone(), packed.len()));
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(&slot, deadline, stats, refresh);
+                return self.drive(&slot, stats, refresh);
             }
         }
         loop {
@@ -176,7 +386,7 @@ impl Multiplexed {
                 return result.map_err(MuxError::Collateral);
             }
             if slot.drive.load(Ordering::Acquire) {
-                return self.drive(&slot, deadline, stats, refresh);
+                return self.drive(&slot, stats, refresh);
             }
             match deadline {
                 None => thread::park(),
@@ -192,7 +402,7 @@ impl Multiplexed {
                     }
                     if slot.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(&slot, deadline.into(), stats, refresh);
+                        return self.drive(&slot, stats, refresh);
                     }
                     slot.abandoned.store(true, Ordering::Relaxed);
                     return Err(MuxError::Collateral(Failure::Timeout));
@@ -201,12 +411,11 @@ impl Multiplexed {
         }
     }
 
-    /// Writes what is queued and reads replies, handing each to its
-    /// worker, until `mine` has its reply; then passes the driving on.
+    /// Writes what is queued and reads replies, putting each in its place,
+    /// until `mine` has its reply; then passes the driving on.
     fn drive(
         &self,
         mine: &Arc<Slot>,
-        deadline: Option<Instant>,
         stats: &Stats,
         refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
     ) -> Result<Reply, MuxError> {
@@ -233,101 +442,142 @@ impl Multiplexed {
                 // next of them to be retried connects again.
                 let mut state = self.state.lock();
                 state.unsent.clear();
-                for slot in std::mem::take(&mut state.unsent_slots) {
+                for (slot, _) in std::mem::take(&mut state.unsent_slots) {
                     if !Arc::ptr_eq(&slot, mine) {
                         let failure = io::Error::new(
                             io::ErrorKind::NotConnected,
                             format!("connecting failed: {err}"),
                         );
-                        slot.deliver(Err(Failure::Io(failure)));
+                        slot.fail(Failure::Io(failure));
                     }
                 }
                 self.pass_driving(&mut state, None);
                 return Err(MuxError::Connect(err));
             }
         };
-        // No reply is ever handed to the driver's own slot: replies go to
-        // slots popped from the queue, and a driver's slot is in it until
-        // the driver itself reads its reply.
         loop {
-            let batch = {
+            let (batch, bound) = {
                 let mut state = self.state.lock();
-                let slots = std::mem::take(&mut state.unsent_slots);
-                if !slots.is_empty() {
-                    stats.inc(Counter::PipelineBatches);
-                    stats.add(Counter::PipelineCommands, slots.len() as u64);
-                    stats.inc(Counter::batch_size(slots.len()));
-                }
-                state.in_flight.extend(slots);
-                std::mem::take(&mut state.unsent)
+                let batch = state.take_batch(stats);
+                (batch, earliest(mine.deadline, state.front_deadline()))
             };
             let written = if batch.is_empty() {
                 Ok(())
             } else {
                 // A write cut short leaves half a request on the stream: a
                 // failure for every request, whatever its cause.
-                conn.write_requests(&batch, left(deadline))
+                conn.write_requests(&batch, Limit::by(bound))
                     .map_err(|failure| match failure {
                         Failure::Timeout => Failure::Io(io::ErrorKind::TimedOut.into()),
                         failure => failure,
                     })
             };
-            let read = written.and_then(|()| conn.read_reply(left(deadline)));
             let mut state = self.state.lock();
-            if state.unsent.is_empty() && state.unsent.capacity() < batch.capacity() {
-                // Keep the larger buffer for the next batch.
-                state.unsent = batch;
-                state.unsent.clear();
+            state.reuse(batch);
+            if let Err(failure) = written {
+                return Err(self.condemn(&mut state, mine, failure));
             }
-            match read {
-                Ok(reply) => {
-                    let slot = state
-                        .in_flight
-                        .pop_front()
-                        .expect("a reply answers a request in flight");
-                    if Arc::ptr_eq(&slot, mine) {
-                        drop(state);
-                        // The replies already read for others are handed
-                        // out before passing the driving on: each hand-off
-                        // costs the next driver a wake-up.
-                        while conn.has_buffered_reply() {
-                            let Ok(reply) = conn.read_reply(Some(Duration::from_millis(1))) else {
-                                break;
-                            };
-                            let next = self.state.lock().in_flight.pop_front();
-                            if let Some(next) = next {
-                                next.deliver(Ok(reply));
-                            }
-                        }
-                        self.pass_driving(&mut self.state.lock(), Some(conn));
-                        return Ok(reply);
-                    }
-                    slot.deliver(Ok(reply));
-                }
+            // Unlocked while reading; the bound is read again as the front
+            // moves.
+            let (fence_next, bound) = (
+                state.fence_next(),
+                earliest(mine.deadline, state.front_deadline()),
+            );
+            drop(state);
+            let read = read_next(&mut conn, fence_next, Limit::by(bound));
+            let mut state = self.state.lock();
+            let routed = match read {
+                Ok(read) => state.route(read, mine),
                 Err(Failure::Timeout) => {
-                    // This worker's deadline: someone else reads on, with
-                    // theirs.
-                    mine.abandoned.store(true, Ordering::Relaxed);
-                    if self.pass_driving(&mut state, Some(conn)) {
-                        return Err(MuxError::Collateral(Failure::Timeout));
+                    let now = Instant::now();
+                    let due = |deadline: Option<Instant>| deadline.is_some_and(|due| due <= now);
+                    if due(state.front_deadline()) {
+                        // The oldest request's reply did not come in time:
+                        // nothing read on this connection can be trusted.
+                        Err(Failure::Timeout)
+                    } else if !due(mine.deadline) {
+                        // Woken early (a partial TLS record stays in
+                        // rustls, a partial reply in the buffer): read on.
+                        Ok(false)
+                    } else {
+                        // This worker's own deadline: someone else reads
+                        // on, with theirs.
+                        mine.abandoned.store(true, Ordering::Relaxed);
+                        if self.pass_driving(&mut state, Some(conn)) {
+                            return Err(MuxError::Collateral(Failure::Timeout));
+                        }
+                        // Nobody else waits: the connection, which still
+                        // owes this reply, was closed.
+                        return Err(MuxError::Failed(Failure::Timeout));
                     }
-                    // Nobody else waits: the connection, which still owes
-                    // this reply, was closed.
-                    return Err(MuxError::Failed(Failure::Timeout));
                 }
-                Err(failure) => {
-                    let unsent = std::mem::take(&mut state.unsent_slots);
-                    for slot in state.in_flight.drain(..).chain(unsent) {
-                        if !Arc::ptr_eq(&slot, mine) {
-                            slot.deliver(Err(copy(&failure)));
+                Err(failure) => Err(failure),
+            };
+            match routed {
+                Ok(false) => {}
+                Ok(true) => {
+                    // The replies already read for others are put in place
+                    // before passing the driving on: each hand-off costs
+                    // the next driver a wake-up.
+                    while conn.has_buffered_reply() && !state.in_flight.is_empty() {
+                        let fence_next = state.fence_next();
+                        let limit = Limit::within(Some(Duration::from_millis(1)));
+                        let routed = read_next(&mut conn, fence_next, limit)
+                            .and_then(|read| state.route(read, mine));
+                        if let Err(failure) = routed {
+                            // Its own reply was in step (its fence came
+                            // back): only the later ones are lost.
+                            self.condemn(&mut state, mine, failure);
+                            drop(state);
+                            return mine
+                                .take()
+                                .expect("a released slot holds its reply")
+                                .map_err(MuxError::Failed);
                         }
                     }
-                    state.unsent.clear();
-                    self.pass_driving(&mut state, None);
-                    return Err(MuxError::Failed(failure));
+                    self.pass_driving(&mut state, Some(conn));
+                    drop(state);
+                    return mine
+                        .take()
+                        .expect("a released slot holds its reply")
+                        .map_err(MuxError::Failed);
                 }
+                Err(failure) => return Err(self.condemn(&mut state, mine, failure)),
             }
         }
+    }
+
+    /// Closes the connection (the caller drops it) after `failure`: every
+    /// request written on it fails, held replies included; requests not
+    /// written yet go to a new connection. Returns `mine`'s error.
+    fn condemn(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> MuxError {
+        let timed_out = matches!(failure, Failure::Timeout);
+        let mut mine_failed = None;
+        let written = std::mem::take(&mut state.in_flight);
+        let requests = written.into_iter().filter_map(|entry| match entry {
+            InFlight::Request(slot) => Some(slot),
+            InFlight::Fence => None,
+        });
+        for (at, slot) in requests.enumerate() {
+            let theirs = if timed_out && at > 0 {
+                // Only the oldest request timed out: the others lose the
+                // connection it held up.
+                Failure::Io(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "pipelined connection closed: a request ahead got no reply in time",
+                ))
+            } else {
+                copy(&failure)
+            };
+            if Arc::ptr_eq(&slot, mine) {
+                mine_failed = Some(theirs);
+            } else {
+                slot.fail(theirs);
+            }
+        }
+        state.held = 0;
+        self.pass_driving(state, None);
+        MuxError::Failed(mine_failed.unwrap_or(failure))
     }
 
     /// Ends this worker's driving: the oldest worker still waiting drives
@@ -335,11 +585,13 @@ impl Multiplexed {
     /// still owes replies to abandoned requests (closed then).
     /// Returns whether the connection stays open.
     fn pass_driving(&self, state: &mut State, conn: Option<Connection>) -> bool {
-        let next = state
-            .in_flight
-            .iter()
-            .chain(&state.unsent_slots)
-            .find(|slot| !slot.abandoned.load(Ordering::Relaxed))
+        let written = state.in_flight.iter().filter_map(|entry| match entry {
+            InFlight::Request(slot) => Some(slot),
+            InFlight::Fence => None,
+        });
+        let next = written
+            .chain(state.unsent_slots.iter().map(|(slot, _)| slot))
+            .find(|slot| !slot.abandoned())
             .cloned();
         match next {
             Some(next) => {
@@ -354,6 +606,7 @@ impl Multiplexed {
                 // this connection is wanted any more.
                 let owes = !state.in_flight.is_empty();
                 state.in_flight.clear();
+                state.held = 0;
                 state.unsent_slots.clear();
                 state.unsent.clear();
                 state.conn = conn.filter(|_| !owes);

@@ -90,10 +90,11 @@ impl Database {
     /// When one `execute()` must be over: `(connection_timeout +
     /// command_timeout) x (1 + retries)` from now when both timeouts are
     /// set, else no bound (a worker waits for a pooled connection as long
-    /// as it takes, as in the C VMOD).
-    fn deadline(&self, timeout: Option<Duration>, retries: u32) -> Option<Instant> {
-        let per_attempt = self.config.connection_timeout? + timeout?;
-        Some(Instant::now() + per_attempt.saturating_mul(retries.saturating_add(1)))
+    /// as it takes, as in the C VMOD). A bound past what the clock can
+    /// hold (VCL values of centuries) is no bound either: never a panic.
+    pub(super) fn deadline(&self, timeout: Option<Duration>, retries: u32) -> Option<Instant> {
+        let per_attempt = self.config.connection_timeout?.saturating_add(timeout?);
+        Instant::now().checked_add(per_attempt.saturating_mul(retries.saturating_add(1)))
     }
 
     /// Runs `command` for the task that holds `task` and returns its reply

@@ -359,14 +359,25 @@ impl Database {
             .connection_timeout
             .or(self.config.command_timeout);
         let timeout = within(timeout, deadline);
+        // Connecting, learning the server's commands and connecting again
+        // share this one bound.
+        let until = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         match server.connector.connect_within(&self.stats, timeout) {
             Ok(mut conn) => {
                 server.health.connect_succeeded();
                 // The server's command table, at its first connection (and
-                // after a failure): one request, bounded as the connect.
-                // If it breaks the connection, a fresh one is opened.
-                if self.commands.learn(server, &mut conn, timeout).is_err() {
-                    conn = server.connector.connect_within(&self.stats, timeout)?;
+                // after a failure): one or two requests, bounded as the
+                // connect. If that breaks the connection, a fresh one is
+                // opened in the time left.
+                if self.commands.learn(server, &mut conn, until).is_err() {
+                    let left = until.map(|until| until.saturating_duration_since(Instant::now()));
+                    if left.is_some_and(|left| left.is_zero()) {
+                        return Err(Error::Connect {
+                            server: server.location().to_string(),
+                            detail: "timeout (reading the server's COMMAND table)".into(),
+                        });
+                    }
+                    conn = server.connector.connect_within(&self.stats, left)?;
                 }
                 Ok(conn)
             }

@@ -301,8 +301,9 @@ fn a_huge_max_connections_makes_a_bounded_pool() {
     let db = database(&redis, |args| {
         args.shared_connections = true;
         args.max_connections = i64::from(u32::MAX);
-        // Making the slots must not be bounded by this.
-        args.connection_timeout = 1;
+        // Making the slots must not be bounded by this (it would take far
+        // longer than the connect, and the COMMAND table read with it).
+        args.connection_timeout = 200;
     });
     assert_eq!(run(&db, &["PING"]).unwrap(), Reply::Status("PONG".into()));
     assert_eq!(db.pool_state(0), (1, 1));
@@ -955,4 +956,46 @@ fn a_loading_server_is_passed_over_within_the_retry_count() {
         loading.cli(&["GET", "k:1"]).starts_with("LOADING"),
         "still loading: the test saw what it meant to"
     );
+}
+
+/// `.timeout(999999999999999)` with `.retries(10000000)` from VCL: the
+/// bound of the whole execute is past what the clock can hold. No panic:
+/// no bound, and the command runs (each mode: the multiplexer computes
+/// its own deadline from the timeout).
+#[test]
+fn a_timeout_and_retries_past_the_clock_mean_no_bound_not_a_panic() {
+    let redis = RedisProcess::start(&[]);
+    for (shared, pipelining) in [(false, false), (true, false), (true, true)] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.pipelining = pipelining;
+            args.connection_timeout = 500;
+            args.command_timeout = 500;
+        });
+        assert_eq!(
+            db.deadline(Some(Duration::from_millis(999_999_999_999_999)), 10_000_000),
+            None
+        );
+        assert!(db
+            .deadline(Some(Duration::from_millis(500)), 10_000_000)
+            .is_some());
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(999_999_999_999_999));
+        ping.retries = Some(10_000_000);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(i64::MAX as u64));
+        ping.retries = Some(u32::MAX);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+    }
 }

@@ -1,0 +1,342 @@
+//! Connections against real servers: Pub/Sub slices, handshake secrecy,
+//! and every wait ending by its deadline (TLS records trickled, a TLS
+//! handshake trickled, a UNIX connect to a full accept queue).
+use super::*;
+
+fn packed(args: &[&[u8]]) -> Vec<u8> {
+    let mut command = Command::new(args[0]);
+    for arg in &args[1..] {
+        command.push(arg);
+    }
+    command.packed().to_vec()
+}
+
+/// The Sentinel thread's use of a connection: subscribe, wait for
+/// messages in short slices (a slice with nothing is no failure), and
+/// get each message whole, RESP2 array or RESP3 push alike.
+#[test]
+fn subscribed_connection_receives_messages_between_timeouts() {
+    let redis = crate::testing::RedisProcess::start(&[]);
+    for protocol in [Protocol::Default, Protocol::Resp3] {
+        let location: Location = redis.location().parse().unwrap();
+        let connector = Connector::new(&location, None, None, protocol, None, None).unwrap();
+        let mut conn = connector.connect(&Stats::default()).unwrap();
+        let wait = Some(Duration::from_secs(2));
+        conn.send(&packed(&[b"PSUBSCRIBE", b"+sw*"]), wait).unwrap();
+        let ack = conn.receive(Duration::from_secs(2)).unwrap();
+        assert!(
+            matches!(&ack, Reply::Array(items) if items.len() == 3),
+            "{ack:?}"
+        );
+        let started = Instant::now();
+        assert!(matches!(
+            conn.receive(Duration::from_millis(50)),
+            Err(Failure::Timeout)
+        ));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(!conn.is_broken());
+        assert_eq!(redis.cli(&["PUBLISH", "+switch", "main a b"]), "1");
+        let message = conn.receive(Duration::from_secs(2)).unwrap();
+        let Reply::Array(items) = message else {
+            panic!("not a message: {message:?}");
+        };
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[0], Reply::String(b"pmessage".to_vec()));
+        assert_eq!(items[3], Reply::String(b"main a b".to_vec()));
+    }
+}
+
+#[test]
+fn server_text_that_may_quote_a_password_is_not_shown() {
+    let hello = "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'pw' ";
+    assert_eq!(loggable_error(hello), "ERR unknown command 'HELLO'");
+    assert_eq!(loggable_error("WRONGTYPE Operation"), "WRONGTYPE Operation");
+    assert_eq!(
+        refusal(hello),
+        "handshake refused (ERR reply; its text is not shown as it may quote the password)"
+    );
+    assert_eq!(
+        refusal("WRONGPASS invalid username-password pair or user is disabled."),
+        "authentication failed (WRONGPASS reply; its text is not shown as it may quote the password)"
+    );
+    assert!(refusal("'pw' is wrong").starts_with("handshake refused (error reply"));
+}
+
+// ---- every wait ends by its deadline ------------------------------------
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::connection::multiplexed::{Multiplexed, MuxError};
+use crate::testing::RedisProcess;
+use crate::tls::testing::{material, text, Material};
+use crate::tls::{Tls, TlsArgs};
+
+/// A busy 2-core machine may add this much to any bound.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// A redis-server with TLS on a TCP port of 127.0.0.1.
+fn tls_redis(tag: &str) -> (RedisProcess, String, Material) {
+    let files = material(tag);
+    let port = crate::testing::free_port();
+    let redis = RedisProcess::start(&[
+        "--bind",
+        "127.0.0.1",
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        text(&files.server_cert),
+        "--tls-key-file",
+        text(&files.server_key),
+        "--tls-ca-cert-file",
+        text(&files.ca),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    (redis, port, files)
+}
+
+fn tls_connector(files: &Material, addr: &str, connect_timeout: Duration) -> Connector {
+    let tls = Tls::load(&TlsArgs {
+        cafile: text(&files.ca),
+        capath: "",
+        certfile: "",
+        keyfile: "",
+        sni: "localhost",
+    })
+    .expect("TLS material");
+    let location = addr.parse().expect("location");
+    Connector::new(
+        &location,
+        None,
+        None,
+        Protocol::Default,
+        Some(connect_timeout),
+        Some(tls),
+    )
+    .expect("connector")
+}
+
+/// A TCP proxy in front of `upstream`: bytes to the server pass as they
+/// come; bytes to the client too, until `trickle` is set: then one byte
+/// every 200 ms. Each connection's threads stop after 10 s.
+struct TrickleProxy {
+    addr: String,
+    trickle: Arc<AtomicBool>,
+}
+
+impl TrickleProxy {
+    fn start(upstream: String) -> TrickleProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy port");
+        let addr = listener.local_addr().unwrap().to_string();
+        let trickle = Arc::new(AtomicBool::new(false));
+        let trickling = trickle.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().take(4) {
+                let Ok(client) = client else { return };
+                let server = std::net::TcpStream::connect(&upstream).expect("upstream");
+                let until = Instant::now() + Duration::from_secs(10);
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    c_in.set_read_timeout(Some(Duration::from_millis(50)))
+                        .unwrap();
+                    let mut buf = [0u8; 4096];
+                    while Instant::now() < until {
+                        match c_in.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                if s_out.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                let trickling = trickling.clone();
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    s_in.set_read_timeout(Some(Duration::from_millis(50)))
+                        .unwrap();
+                    let mut buf = [0u8; 4096];
+                    'copy: while Instant::now() < until {
+                        match s_in.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                for byte in &buf[..n] {
+                                    if c_out.write_all(std::slice::from_ref(byte)).is_err()
+                                        || Instant::now() >= until
+                                    {
+                                        break 'copy;
+                                    }
+                                    if trickling.load(Ordering::Relaxed) {
+                                        std::thread::sleep(Duration::from_millis(200));
+                                    }
+                                }
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        TrickleProxy { addr, trickle }
+    }
+}
+
+/// rustls reads until a whole TLS record has arrived: a reply trickled
+/// one byte every 200 ms held a GET for minutes with a 300 ms timeout
+/// (each socket read was bounded, their sum was not). Private / shared
+/// connections and a pipelined one alike.
+#[test]
+fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
+    let (redis, port, files) = tls_redis("trickle-reply");
+    let value = "x".repeat(4096);
+    redis.cli(&["SET", "big", &value]);
+    let proxy = TrickleProxy::start(format!("127.0.0.1:{port}"));
+    let connector = tls_connector(&files, &proxy.addr, Duration::from_secs(5));
+    let stats = Stats::default();
+    let mut conn = connector.connect(&stats).expect("TLS connect");
+    let mut piped = Some(connector.connect(&stats).expect("TLS connect"));
+    let get = packed(&[b"GET", b"big"]);
+    assert_eq!(
+        conn.request(&get, Some(Duration::from_secs(5))).unwrap(),
+        Reply::String(value.into_bytes())
+    );
+    proxy.trickle.store(true, Ordering::Relaxed);
+    let timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = conn.request(&get, Some(timeout));
+    let waited = started.elapsed();
+    assert!(matches!(result, Err(Failure::Timeout)), "{result:?}");
+    assert!(waited < timeout + SLACK, "{waited:?}");
+
+    let mux = Multiplexed::default();
+    let started = Instant::now();
+    let result = mux.request(&get, Some(started + timeout), &stats, &mut |_| {
+        piped.take().ok_or(crate::error::Error::Backoff {
+            server: "test".into(),
+            retry_in_ms: 1,
+        })
+    });
+    let waited = started.elapsed();
+    assert!(
+        matches!(result, Err(MuxError::Failed(Failure::Timeout))),
+        "{result:?}"
+    );
+    assert!(waited < timeout + SLACK, "{waited:?}");
+}
+
+/// A server that answers the ClientHello with a record header claiming
+/// 16 KiB, then sends one byte every 300 ms, held a connect for more than
+/// 30 s against a connection_timeout of 500 ms.
+#[test]
+fn a_tls_handshake_trickled_ends_at_the_connection_timeout() {
+    let files = material("trickle-handshake");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let Ok((mut client, _)) = listener.accept() else {
+            return;
+        };
+        let mut hello = [0u8; 1024];
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let _ = client.read(&mut hello);
+        // A handshake record of 16 KiB, never finished.
+        if client.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]).is_err() {
+            return;
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && client.write_all(&[0x02]).is_ok() {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let timeout = Duration::from_millis(500);
+    let connector = tls_connector(&files, &addr, timeout);
+    let started = Instant::now();
+    let result = connector.connect(&Stats::default());
+    let waited = started.elapsed();
+    let err = result.err().expect("no TLS session from a trickle");
+    assert!(err.to_string().contains("TLS handshake: timeout"), "{err}");
+    assert!(waited < timeout + SLACK, "{waited:?}");
+}
+
+/// A UNIX-socket connect blocks while the server's accept queue is full
+/// (a server that does not accept: here, one in `DEBUG SLEEP`).
+#[test]
+fn a_unix_connect_to_a_full_accept_queue_ends_at_the_connection_timeout() {
+    let redis = RedisProcess::start(&["--tcp-backlog", "1"]);
+    let location: Location = redis.location().parse().unwrap();
+    let queued = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| redis.cli(&["DEBUG", "SLEEP", "3"]));
+        std::thread::sleep(Duration::from_millis(300));
+        // Fill the queue: the connects past its size wait for the server.
+        scope.spawn(|| {
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                if let Ok(stream) = UnixStream::connect(redis.location()) {
+                    held.push(stream);
+                    queued.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let until = Instant::now() + Duration::from_secs(2);
+        while queued.load(Ordering::Relaxed) < 2 {
+            assert!(Instant::now() < until, "the queue did not fill");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let timeout = Duration::from_millis(300);
+        let connector = Connector::new(
+            &location,
+            None,
+            None,
+            Protocol::Default,
+            Some(timeout),
+            None,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let result = connector.connect(&Stats::default());
+        let waited = started.elapsed();
+        let err = result.err().expect("the server is asleep");
+        assert!(err.to_string().contains("timeout"), "{err}");
+        assert!(waited < timeout + SLACK, "{waited:?}");
+    });
+}
+
+/// A blocking call with no timeout of its own (a name lookup) is waited
+/// for until the bound, and no longer.
+#[test]
+fn a_blocking_lookup_is_waited_for_until_the_bound() {
+    let timeout = Duration::from_millis(100);
+    let started = Instant::now();
+    let result = bounded(Limit::within(Some(timeout)), || {
+        std::thread::sleep(Duration::from_secs(3));
+        Ok(())
+    });
+    let waited = started.elapsed();
+    assert_eq!(result.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+    assert!(waited < timeout + SLACK, "{waited:?}");
+    let quick = bounded(Limit::within(Some(Duration::from_secs(5))), || Ok(7));
+    assert_eq!(quick.unwrap(), 7);
+    // An IP address is no lookup; a name is (this one resolves locally).
+    let addrs = resolve("127.0.0.1", 6379, Limit::within(Some(timeout))).unwrap();
+    assert_eq!(addrs, vec!["127.0.0.1:6379".parse().unwrap()]);
+    let addrs = resolve(
+        "localhost",
+        6379,
+        Limit::within(Some(Duration::from_secs(5))),
+    )
+    .unwrap();
+    assert!(!addrs.is_empty());
+}
