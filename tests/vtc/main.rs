@@ -1,5 +1,8 @@
 //! varnishtest harness: one libtest-mimic trial per `vtc/*.vtc`, sorted by name.
 //!
+//! One more trial, `sweep.commands`, is not a vtc file: every command the
+//! server lists, through four databases of one varnishd (tests/vtc/sweep/).
+//!
 //! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
 //! (substring of the trial name, i.e. of the file name without `.vtc`).
 //!
@@ -119,6 +122,7 @@ mod sentinel;
 mod servers;
 #[path = "../support/mod.rs"]
 mod support;
+mod sweep;
 #[path = "../support/tls_material.rs"]
 mod tls_material;
 mod trickle;
@@ -157,7 +161,7 @@ fn main() {
         Err(_) => Vec::new(),
     };
     files.sort();
-    let trials = files
+    let mut trials: Vec<Trial> = files
         .into_iter()
         .map(|file| {
             let name = file
@@ -167,6 +171,9 @@ fn main() {
             Trial::test(name, move || run_file(&file))
         })
         .collect();
+    // Not a vtc file: every command the server lists, through varnishd
+    // (tests/vtc/sweep/).
+    trials.push(Trial::test("sweep.commands", sweep::run));
     let conclusion = libtest_mimic::run(&args, trials);
     if let Some(base) = support::created_base_dir() {
         if !keep() {
