@@ -214,6 +214,7 @@ pub(crate) fn run() -> Result<(), Failed> {
     };
     let stop = AtomicBool::new(false);
     let load_counts = Mutex::new((0u64, 0u64));
+    let mut outcomes = Vec::new();
     let sweep_started = Instant::now();
     thread::scope(|s| {
         let mut lanes = Vec::new();
@@ -227,8 +228,13 @@ pub(crate) fn run() -> Result<(), Failed> {
             let (plan, fail) = (&plan, &fail);
             lanes.push(s.spawn(move || sweep_lane(port, db.name, plan, lane, fail)));
         }
-        for lane in lanes {
-            let _ = lane.join();
+        for (db, lane) in DBS.iter().zip(lanes) {
+            if let Ok(o) = lane.join() {
+                outcomes.push(format!(
+                    "{} {} replied, {} error replies, {} no reply",
+                    db.name, o.replied, o.errors, o.no_reply
+                ));
+            }
         }
         stop.store(true, Ordering::Relaxed);
     });
@@ -250,13 +256,14 @@ pub(crate) fn run() -> Result<(), Failed> {
         .map(|(name, why)| format!("{name} ({why})"))
         .collect();
     println!(
-        "sweep.commands: {} on {}: {} commands x {} databases in {:.1} s ({:.1} s in all); load: {load_ok} read back, {load_missed} not replied; skipped: {}",
+        "sweep.commands: {} on {}: {} commands x {} databases in {:.1} s ({:.1} s in all); {}; load: {load_ok} read back, {load_missed} not replied; skipped: {}",
         support::server_program(),
         version,
         plan.commands.len(),
         DBS.len(),
         swept_in.as_secs_f64(),
         started.elapsed().as_secs_f64(),
+        outcomes.join(", "),
         skipped.join(", ")
     );
     let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -339,7 +346,17 @@ fn load(
             thread::sleep(Duration::from_millis(50));
             continue;
         };
-        match read_write(c, db, &t.to_string(), n) {
+        let t0 = Instant::now();
+        let result = read_write(c, db, &t.to_string(), n);
+        // Three commands, each within the bound.
+        if t0.elapsed() > bound() * 3 {
+            fail(format!(
+                "{db}: load request (SET, GET, EVAL) took {} ms (bound 3 x {} ms)",
+                t0.elapsed().as_millis(),
+                bound().as_millis()
+            ));
+        }
+        match result {
             Ok((r, value)) => {
                 let got = r.header("value").unwrap_or("");
                 let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -370,7 +387,8 @@ fn sweep_lane(
     plan: &args::Plan,
     checkers: &mut [ClientList],
     fail: &(dyn Fn(String) + Sync),
-) {
+) -> Outcomes {
+    let mut outcomes = Outcomes::default();
     let mut conn: Option<HttpConn> = None;
     // Dirty connections already reported: a connection left in a state
     // is reported once, for the command that left it.
@@ -398,7 +416,7 @@ fn sweep_lane(
                 Ok(c) => conn.insert(c),
                 Err(e) => {
                     fail(format!("{db}: {text}: connect to varnishd: {e}"));
-                    return;
+                    return outcomes;
                 }
             },
         };
@@ -407,6 +425,11 @@ fn sweep_lane(
         let took = t0.elapsed();
         match result {
             Ok(r) => {
+                match (r.header("replied"), r.header("error")) {
+                    (Some("true"), Some("false")) => outcomes.replied += 1,
+                    (Some("true"), _) => outcomes.errors += 1,
+                    _ => outcomes.no_reply += 1,
+                }
                 if r.status != 200 {
                     fail(format!("{db}: {text}: status {}", r.status));
                 }
@@ -451,6 +474,15 @@ fn sweep_lane(
             thread::sleep(Duration::from_millis(20));
         }
     }
+    outcomes
+}
+
+/// What the swept commands of one database got.
+#[derive(Default)]
+struct Outcomes {
+    replied: usize,
+    errors: usize,
+    no_reply: usize,
 }
 
 /// `port P: client ID` of a dirty-client line.
