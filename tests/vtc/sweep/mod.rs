@@ -156,6 +156,14 @@ pub(crate) fn run() -> Result<(), Failed> {
         (args::plan(&list, &docs)?, version)
     };
 
+    // What is sent, for a look with VTC_KEEP=1.
+    let listing: String = plan
+        .commands
+        .iter()
+        .map(|c| c.words.join(" ") + "\n")
+        .collect();
+    support::write_public(&dir.join("plan.txt"), &listing)?;
+
     let vcl_path = dir.join("sweep.vcl");
     let standalone: Vec<String> = fx
         .servers
