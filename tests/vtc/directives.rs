@@ -24,6 +24,13 @@ pub(crate) enum Directive {
         name: String,
         args: Vec<String>,
     },
+    /// `#@ trickle NAME TARGET DELAY_MS [AFTER_MS]` (tests/vtc/trickle.rs).
+    Trickle {
+        name: String,
+        target: String,
+        delay_ms: u64,
+        after_ms: u64,
+    },
     Timeout(u64),
     Env(String, String),
 }
@@ -76,6 +83,25 @@ pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                 Directive::Cluster {
                     name: name.clone(),
                     args: args.to_vec(),
+                }
+            }
+            "trickle" => {
+                let usage = || at("usage: #@ trickle NAME TARGET DELAY_MS [AFTER_MS]".into());
+                let ms = |v: &String| v.parse::<u64>().map_err(|_| usage());
+                match params {
+                    [name, target, delay] => Directive::Trickle {
+                        name: name.clone(),
+                        target: target.clone(),
+                        delay_ms: ms(delay)?,
+                        after_ms: 0,
+                    },
+                    [name, target, delay, after] => Directive::Trickle {
+                        name: name.clone(),
+                        target: target.clone(),
+                        delay_ms: ms(delay)?,
+                        after_ms: ms(after)?,
+                    },
+                    _ => return Err(usage()),
                 }
             }
             "timeout" => match params {

@@ -1,5 +1,8 @@
 //! varnishtest harness: one libtest-mimic trial per `vtc/*.vtc`, sorted by name.
 //!
+//! One more trial, `sweep.commands`, is not a vtc file: every command the
+//! server lists, through four databases of one varnishd (tests/vtc/sweep/).
+//!
 //! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
 //! (substring of the trial name, i.e. of the file name without `.vtc`).
 //!
@@ -28,6 +31,8 @@
 //! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
 //! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
 //! #@ cluster NAME [ARG...]         Redis Cluster, 3 masters x 1 replica (tests/support/cluster.rs)
+//! #@ trickle NAME TARGET DELAY_MS [AFTER_MS]  TCP proxy to TARGET (HOST:PORT) passing TARGET's bytes one every DELAY_MS
+//!                                  after AFTER_MS (default 0) at full speed per connection (tests/vtc/trickle.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
 //! ```
@@ -83,6 +88,8 @@
 //! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
 //!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
 //!   tests/support/cluster.rs).
+//! * per trickle proxy NAME: `${NAME_addr}`, `${NAME_host}` (127.0.0.1),
+//!   `${NAME_port}`.
 //! * with any `redis-tls` server, the test TLS material
 //!   (tests/support/tls_material.rs): `${tls_ca}`, `${tls_other_ca}` (a CA
 //!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
@@ -115,8 +122,10 @@ mod sentinel;
 mod servers;
 #[path = "../support/mod.rs"]
 mod support;
+mod sweep;
 #[path = "../support/tls_material.rs"]
 mod tls_material;
+mod trickle;
 
 use directives::*;
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -152,7 +161,7 @@ fn main() {
         Err(_) => Vec::new(),
     };
     files.sort();
-    let trials = files
+    let mut trials: Vec<Trial> = files
         .into_iter()
         .map(|file| {
             let name = file
@@ -162,6 +171,9 @@ fn main() {
             Trial::test(name, move || run_file(&file))
         })
         .collect();
+    // Not a vtc file: every command the server lists, through varnishd
+    // (tests/vtc/sweep/).
+    trials.push(Trial::test("sweep.commands", sweep::run));
     let conclusion = libtest_mimic::run(&args, trials);
     if let Some(base) = support::created_base_dir() {
         if !keep() {
@@ -191,6 +203,8 @@ struct Server {
 struct Fixture {
     dir: PathBuf,
     servers: Vec<Server>,
+    /// `#@ trickle` proxies, stopped on drop.
+    trickles: Vec<trickle::Trickle>,
 }
 
 impl Drop for Fixture {
@@ -263,6 +277,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
     let mut fx = Fixture {
         dir: dir.clone(),
         servers: Vec::new(),
+        trickles: Vec::new(),
     };
 
     let mut macros: Vec<(String, String)> = vec![
@@ -299,6 +314,27 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             }
             Directive::Timeout(t) => {
                 timeout = *t;
+                continue;
+            }
+            Directive::Trickle {
+                name,
+                target,
+                delay_ms,
+                after_ms,
+            } => {
+                if !valid_name(name) || ports.contains_key(name) {
+                    return Err(format!("trickle name {name:?}: [a-zA-Z0-9_], unique").into());
+                }
+                let proxy = trickle::Trickle::start(
+                    &expand(target, &macros)?,
+                    Duration::from_millis(*delay_ms),
+                    Duration::from_millis(*after_ms),
+                )?;
+                ports.insert(name.clone(), (Ipv4Addr::LOCALHOST, proxy.port));
+                macros.push((format!("{name}_addr"), format!("127.0.0.1:{}", proxy.port)));
+                macros.push((format!("{name}_host"), "127.0.0.1".into()));
+                macros.push((format!("{name}_port"), proxy.port.to_string()));
+                fx.trickles.push(proxy);
                 continue;
             }
             Directive::Env(name, value) => {
