@@ -8,7 +8,8 @@
 //! * every process started, registered by PID and stopped by PID (SIGTERM,
 //!   SIGKILL after a grace period) on every way out;
 //! * free loopback ports, waiting for a process to come up, redis-server's
-//!   command line, a minimal RESP client, varnishd with its cache child.
+//!   command line, a minimal RESP client (whole replies: `resp.rs`),
+//!   varnishd with its cache child, a keep-alive HTTP client (`http.rs`).
 //!
 //! Messages are prefixed with the target's name (`vtc`, `faults`, `system`).
 //! Each target uses a subset of this module.
@@ -25,6 +26,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
+
+mod http;
+mod resp;
+// Each target uses a subset.
+#[allow(unused_imports)]
+pub use http::{HttpConn, HttpResponse};
+#[allow(unused_imports)]
+pub use resp::{read_value, Resp};
 
 pub type Res<T> = Result<T, String>;
 
@@ -618,173 +627,6 @@ fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
         return Ok(String::from_utf8_lossy(&data).into_owned());
     }
     Ok(line.to_string())
-}
-
-/// A whole RESP2 reply.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Resp {
-    Status(String),
-    Error(String),
-    Int(i64),
-    /// A bulk string (lossy UTF-8); `None` for the nil bulk string.
-    Bulk(Option<String>),
-    /// `None` for the nil array.
-    Array(Option<Vec<Resp>>),
-}
-
-impl Resp {
-    /// A status or bulk string's text.
-    pub fn text(&self) -> Option<&str> {
-        match self {
-            Resp::Status(s) | Resp::Bulk(Some(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// An array's elements (none for anything else).
-    pub fn items(&self) -> &[Resp] {
-        match self {
-            Resp::Array(Some(items)) => items,
-            _ => &[],
-        }
-    }
-
-    /// A RESP2 map (an array of key, value, key, value...): the value of `key`.
-    pub fn get(&self, key: &str) -> Option<&Resp> {
-        self.items()
-            .chunks(2)
-            .find(|kv| kv[0].text() == Some(key))
-            .and_then(|kv| kv.get(1))
-    }
-}
-
-/// Reads one RESP2 reply; nesting is bounded (64 levels) as the replies
-/// come from test servers only.
-pub fn read_value(r: &mut impl BufRead) -> io::Result<Resp> {
-    read_value_at(r, 0)
-}
-
-fn read_value_at(r: &mut impl BufRead, depth: usize) -> io::Result<Resp> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    if depth > 64 {
-        return Err(bad("reply nested too deep"));
-    }
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed",
-        ));
-    }
-    let line = line.trim_end_matches(['\r', '\n']);
-    let (kind, rest) = line.split_at(line.len().min(1));
-    let number = || rest.parse::<i64>().map_err(|_| bad("bad length"));
-    Ok(match kind {
-        "+" => Resp::Status(rest.to_string()),
-        "-" => Resp::Error(rest.to_string()),
-        ":" => Resp::Int(number()?),
-        "$" => {
-            let len = number()?;
-            if len < 0 {
-                Resp::Bulk(None)
-            } else {
-                let mut data = vec![0; len as usize + 2];
-                r.read_exact(&mut data)?;
-                data.truncate(len as usize);
-                Resp::Bulk(Some(String::from_utf8_lossy(&data).into_owned()))
-            }
-        }
-        "*" => {
-            let len = number()?;
-            if len < 0 {
-                Resp::Array(None)
-            } else {
-                let items = (0..len)
-                    .map(|_| read_value_at(r, depth + 1))
-                    .collect::<io::Result<Vec<_>>>()?;
-                Resp::Array(Some(items))
-            }
-        }
-        _ => return Err(bad(&format!("unexpected reply line {line:?}"))),
-    })
-}
-
-// ---------------------------------------------------------------------------
-// HTTP/1.1 on loopback
-
-/// A keep-alive HTTP/1.1 connection to varnishd on 127.0.0.1.
-pub struct HttpConn(BufReader<TcpStream>);
-
-/// A response's status and headers (names lower-case); bodies are read
-/// (Content-Length only, as Varnish's synthetic responses have) and dropped.
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-}
-
-impl HttpResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-impl HttpConn {
-    /// 2 s to connect, `timeout` per read and write.
-    pub fn open(port: u16, timeout: Duration) -> io::Result<HttpConn> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        Ok(HttpConn(BufReader::new(stream)))
-    }
-
-    /// `GET path` with the given request headers (values must be valid
-    /// header values: no CR, LF).
-    pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> io::Result<HttpResponse> {
-        let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
-        for (name, value) in headers {
-            req.push_str(&format!("{name}: {value}\r\n"));
-        }
-        req.push_str("\r\n");
-        self.0.get_mut().write_all(req.as_bytes())?;
-        let mut line = String::new();
-        if self.0.read_line(&mut line)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("status {line:?}"))
-            })?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            if self.0.read_line(&mut line)? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = l.split_once(':') {
-                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
-            }
-        }
-        let response = HttpResponse { status, headers };
-        let len: usize = response
-            .header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        self.0.read_exact(&mut body)?;
-        Ok(response)
-    }
 }
 
 /// A number field of `/proc/<pid>/status` (`Threads`, `VmRSS` in kB...).

@@ -120,30 +120,29 @@ pub(crate) fn plan(list: &Resp, docs: &Resp) -> Result<Plan, String> {
     Ok(Plan { commands, skipped })
 }
 
-/// One argument of `COMMAND DOCS`, plausibly: optional ones omitted,
-/// multiple ones once, a oneof's first branch, a block's arguments in turn.
+/// One argument of `COMMAND DOCS`, plausibly: optional ones omitted (but
+/// bare keys), multiple ones once, a oneof's first branch, a block's arguments
+/// in turn.
 fn push_arg(arg: &Resp, words: &mut Vec<String>, keys: &mut usize) {
     let flags: Vec<&str> = arg
         .get("flags")
         .map(|f| f.items().iter().filter_map(Resp::text).collect())
         .unwrap_or_default();
-    if flags.contains(&"optional") {
+    let kind = arg.get("type").and_then(Resp::text).unwrap_or("string");
+    // Optional keys without a token are kept: the keys of EVAL, FCALL and
+    // the like (after their numkeys "1") are what routes them.
+    let token = arg.get("token").and_then(Resp::text);
+    if flags.contains(&"optional") && (kind != "key" || token.is_some()) {
         return;
     }
-    let kind = arg.get("type").and_then(Resp::text).unwrap_or("string");
-    let token = arg.get("token").and_then(Resp::text);
+    let name = arg.get("name").and_then(Resp::text).unwrap_or("");
     if let Some(token) = token {
         words.push(token.to_string());
     }
     match kind {
         "pure-token" => {
             if token.is_none() {
-                words.push(
-                    arg.get("name")
-                        .and_then(Resp::text)
-                        .unwrap_or("x")
-                        .to_ascii_uppercase(),
-                );
+                words.push(name.to_ascii_uppercase());
             }
         }
         "oneof" => {
@@ -164,6 +163,9 @@ fn push_arg(arg: &Resp, words: &mut Vec<String>, keys: &mut usize) {
         }
         "integer" | "double" | "unix-time" => words.push("1".into()),
         "pattern" => words.push("{sweep}*".into()),
+        // A script that runs, a stream ID that parses.
+        _ if name == "script" => words.push("return 1".into()),
+        _ if name == "id" => words.push("0".into()),
         _ => words.push("x".into()),
     }
 }
