@@ -5,6 +5,7 @@
 //! timeouts, requests packed once by [`crate::command::Command`], replies
 //! parsed without recursion and within size limits.
 mod gate;
+pub(crate) mod lookup;
 pub(crate) mod multiplexed;
 pub mod private;
 pub mod resp;
@@ -12,7 +13,7 @@ pub mod shared;
 mod tls_stream;
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -304,53 +305,51 @@ fn arm(sock: &impl Timeouts, armed: &mut Option<Duration>, limit: Limit) -> io::
     Ok(())
 }
 
-/// Runs `work`, a blocking call that takes no timeout (a name lookup, a
-/// UNIX connect), on a thread of its own and waits for it until `limit`.
-/// On timeout the thread finishes alone and its result is dropped. Without
-/// a bound it runs here.
-fn bounded<T: Send + 'static>(
-    limit: Limit,
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    let Some(deadline) = limit.deadline else {
-        return work();
-    };
-    let (done, result) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("vredis-connect".into())
-        .spawn(move || {
-            let _ = done.send(work());
-        })?;
-    match result.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(result) => result,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"))
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            Err(io::Error::other("the lookup thread stopped"))
-        }
-    }
-}
-
 /// The addresses of `host`: an IP address as it is, a name looked up
-/// within `limit` (`getaddrinfo` takes no timeout).
+/// within `limit` ([`lookup`]).
 fn resolve(host: &str, port: u16, limit: Limit) -> io::Result<Vec<SocketAddr>> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    let host = host.to_owned();
-    bounded(limit, move || {
-        (host.as_str(), port)
-            .to_socket_addrs()
-            .map(Iterator::collect)
-    })
+    let mut addrs = lookup::lookup(host, limit)?;
+    for addr in &mut addrs {
+        addr.set_port(port);
+    }
+    Ok(addrs)
 }
 
-/// A UNIX-socket connect within `limit`: it blocks while the server's
-/// accept queue is full (a frozen server).
+/// Longest pause between two attempts of a UNIX connect to a full accept
+/// queue.
+const UNIX_RETRY_MAX: Duration = Duration::from_millis(10);
+
+/// A UNIX-socket connect within `limit`, on this thread. A blocking
+/// connect waits while the server's accept queue is full (a frozen
+/// server), with no timeout; a non-blocking one fails at once (`EAGAIN`)
+/// instead: it is tried again after short pauses until `limit`, then the
+/// socket is made blocking again.
 fn connect_unix(path: &Path, limit: Limit) -> std::result::Result<UnixStream, String> {
-    let path = path.to_owned();
-    bounded(limit, move || UnixStream::connect(path)).map_err(|e| e.to_string())
+    if limit.deadline.is_none() {
+        return UnixStream::connect(path).map_err(|e| e.to_string());
+    }
+    let addr = socket2::SockAddr::unix(path).map_err(|e| e.to_string())?;
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match socket.connect(&addr) {
+            Ok(()) => break,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                let left = limit.wait().map_err(|_| "timeout".to_string())?;
+                std::thread::sleep(pause.min(left.unwrap_or(pause)));
+                pause = (pause * 2).min(UNIX_RETRY_MAX);
+            }
+            Err(err) => return Err(err.to_string()),
+        }
+    }
+    socket.set_nonblocking(false).map_err(|e| e.to_string())?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
 }
 
 fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {

@@ -311,24 +311,58 @@ fn a_unix_connect_to_a_full_accept_queue_ends_at_the_connection_timeout() {
         let err = result.err().expect("the server is asleep");
         assert!(err.to_string().contains("timeout"), "{err}");
         assert!(waited < timeout + SLACK, "{waited:?}");
+        // A longer timeout outlasts the sleep: the connect retried until
+        // the queue had room, and the socket is blocking again.
+        let patient = Connector::new(
+            &location,
+            None,
+            None,
+            Protocol::Default,
+            Some(Duration::from_secs(8)),
+            None,
+        )
+        .unwrap();
+        let mut conn = patient
+            .connect(&Stats::default())
+            .expect("the server woke up");
+        let ping = conn.request(&packed(&[b"PING"]), Some(Duration::from_secs(5)));
+        assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
     });
 }
 
-/// A blocking call with no timeout of its own (a name lookup) is waited
-/// for until the bound, and no longer.
+/// A lookup that takes `sleep`, counting its runs in `runs`.
+fn slow_lookup(
+    runs: &'static AtomicUsize,
+    sleep: Duration,
+) -> impl FnOnce(&str) -> io::Result<Vec<SocketAddr>> + Send + 'static {
+    move |_| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(sleep);
+        Ok(vec!["127.0.0.9:0".parse().unwrap()])
+    }
+}
+
+/// A name lookup (`getaddrinfo` takes no timeout) is waited for until the
+/// bound, and no longer.
 #[test]
 fn a_blocking_lookup_is_waited_for_until_the_bound() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let timeout = Duration::from_millis(100);
     let started = Instant::now();
-    let result = bounded(Limit::within(Some(timeout)), || {
-        std::thread::sleep(Duration::from_secs(3));
-        Ok(())
-    });
+    let result = lookup::lookup_with(
+        "bound.test",
+        Limit::within(Some(timeout)),
+        slow_lookup(&RUNS, Duration::from_secs(3)),
+    );
     let waited = started.elapsed();
     assert_eq!(result.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
     assert!(waited < timeout + SLACK, "{waited:?}");
-    let quick = bounded(Limit::within(Some(Duration::from_secs(5))), || Ok(7));
-    assert_eq!(quick.unwrap(), 7);
+    let quick = lookup::lookup_with(
+        "quick.test",
+        Limit::within(Some(Duration::from_secs(5))),
+        |_| Err(io::Error::new(io::ErrorKind::NotFound, "no such name")),
+    );
+    assert_eq!(quick.unwrap_err().to_string(), "no such name");
     // An IP address is no lookup; a name is (this one resolves locally).
     let addrs = resolve("127.0.0.1", 6379, Limit::within(Some(timeout))).unwrap();
     assert_eq!(addrs, vec!["127.0.0.1:6379".parse().unwrap()]);
@@ -339,4 +373,49 @@ fn a_blocking_lookup_is_waited_for_until_the_bound() {
     )
     .unwrap();
     assert!(!addrs.is_empty());
+    assert!(addrs.iter().all(|addr| addr.port() == 6379), "{addrs:?}");
+}
+
+/// Workers looking up one name at once start one lookup (one thread):
+/// those that come while it runs wait for it, each within its own
+/// deadline, and a dead DNS server costs one thread, not one per attempt.
+#[test]
+fn concurrent_lookups_of_one_name_start_one_thread() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let lookup_time = Duration::from_millis(600);
+    let (ok, timed_out) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                scope.spawn(move || {
+                    // Half give up before the lookup ends, half outlast it.
+                    let timeout = Duration::from_millis(if i % 2 == 0 { 200 } else { 3000 });
+                    let started = Instant::now();
+                    let result = lookup::lookup_with(
+                        "one.test",
+                        Limit::within(Some(timeout)),
+                        slow_lookup(&RUNS, lookup_time),
+                    );
+                    assert!(started.elapsed() < timeout + SLACK);
+                    result.map_err(|e| e.kind())
+                })
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        let timed_out = results
+            .iter()
+            .filter(|r| **r == Err(io::ErrorKind::TimedOut))
+            .count();
+        (ok, timed_out)
+    });
+    assert_eq!(RUNS.load(Ordering::SeqCst), 1, "lookups started");
+    assert_eq!((ok, timed_out), (4, 4));
+    // Once it has ended, the next lookup of the name starts afresh (no cache).
+    let again = lookup::lookup_with(
+        "one.test",
+        Limit::within(Some(Duration::from_secs(3))),
+        slow_lookup(&RUNS, Duration::ZERO),
+    );
+    assert_eq!(again.unwrap(), vec!["127.0.0.9:0".parse().unwrap()]);
+    assert_eq!(RUNS.load(Ordering::SeqCst), 2);
 }

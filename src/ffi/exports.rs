@@ -103,6 +103,8 @@ pub unsafe extern "C" fn vmod_event_function(
     event: vcl_event_e,
 ) -> c_int {
     guard(ctx, 0, |_ctx| {
+        // Before any connect (VCL_EVENT_LOAD comes before vcl_init).
+        crate::connection::lookup::set_before_first_thread(super::pin_module);
         if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
             match event {
                 vcl_event_e::VCL_EVENT_WARM => vcl::warm(vcl),

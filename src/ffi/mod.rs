@@ -57,6 +57,35 @@ pub fn log_global(tag: LogTag, msg: &str) {
     unsafe { bindings::VSL(tag, NO_VXID, c"%s".as_ptr(), msg.as_ptr()) }
 }
 
+/// Keeps this shared object mapped for the rest of the process: a name
+/// lookup thread may outlive its VCL, and varnishd `dlclose`s the VMOD
+/// after the last VCL using it is discarded; the thread's blocking call
+/// must not return into unmapped code. Run once, before the first such
+/// thread starts (the hook of `connection::lookup`).
+fn pin_module() {
+    // SAFETY: dladdr only reads the loader's tables, for an address of our
+    // own code; `info` is plain data it fills. dlopen with RTLD_NOLOAD
+    // loads nothing: it takes a reference on the object already mapped
+    // (ours, by the path the loader knows it under) and RTLD_NODELETE
+    // keeps it mapped past the last dlclose. The handle is never closed.
+    let pinned = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        libc::dladdr(pin_module as *const c_void, &mut info) != 0
+            && !info.dli_fname.is_null()
+            && !libc::dlopen(
+                info.dli_fname,
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+            )
+            .is_null()
+    };
+    if !pinned {
+        log_global(
+            LogTag::Error,
+            "[REDIS] could not keep the VMOD in memory: discarding the last VCL that uses it while a name lookup runs may crash the child",
+        );
+    }
+}
+
 /// A borrowed `VRT_CTX`, valid for one call from varnishd.
 pub struct Ctx<'a> {
     raw: &'a vrt_ctx,
