@@ -549,11 +549,16 @@ sub vcl_synth {
         redis.command("SET");
         redis.push(req.http.key);
         redis.push(req.http.value);
-        redis.execute();
+        # master=true: a cluster replica may not have the write yet.
+        redis.execute(true);
+        set req.http.set-ok = redis.get_reply() == "OK";
         redis.command("GET");
         redis.push(req.http.key);
-        redis.execute();
-        set resp.http.get-replied = redis.replied() && !redis.reply_is_error();
+        redis.execute(true);
+        # Read back only what was written (a swept CLIENT KILL or PAUSE
+        # may fail the SET: counted as not replied).
+        set resp.http.get-replied = req.http.set-ok == "true" && redis.replied()
+            && !redis.reply_is_error();
         set resp.http.value = redis.get_reply();
         # A script too: a connection left in Lua debug mode (SCRIPT DEBUG)
         # answers it with an error.
