@@ -1,0 +1,157 @@
+//! Deadlines and failures: waits bounded by the worker's own deadline,
+//! servers that are loading, timeouts past the clock.
+use super::*;
+
+/// A worker that needs the slot map while another one reads it (from a
+/// seed that accepts and never answers) waits for it until its own
+/// deadline only, then fails with a clear error.
+#[test]
+fn a_worker_waits_for_another_ones_discovery_until_its_own_deadline() {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let seed = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in silent.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
+            let _ = conn.read(&mut buf);
+            held.push(conn);
+        }
+    });
+    let config = DbConfig::from_args(&DbArgs {
+        location: &seed,
+        role: "cluster",
+        connection_timeout: 50,
+        ..DbArgs::default()
+    })
+    .expect("valid config");
+    let db = Database::new("c", config).expect("database");
+    let get = |timeout_ms: u64| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k");
+        command.timeout = Some(Duration::from_millis(timeout_ms));
+        let started = Instant::now();
+        let result = db.execute(
+            &mut command,
+            true,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        );
+        (result, started.elapsed())
+    };
+    std::thread::scope(|scope| {
+        // Reads the map for 500 ms (a discovery step's cap) at least.
+        let slow = scope.spawn(|| get(2000));
+        std::thread::sleep(Duration::from_millis(100));
+        // Its deadline: (50 + 50) ms.
+        let (result, took) = get(50);
+        assert!(
+            matches!(result, Err(Error::DiscoveryWait { .. })),
+            "{result:?}"
+        );
+        assert!(took < Duration::from_millis(300), "waited {took:?}");
+        let (result, took) = slow.join().unwrap();
+        assert!(matches!(result, Err(Error::NoSlotMap { .. })), "{result:?}");
+        assert!(took >= Duration::from_millis(400), "{took:?}");
+    });
+    assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
+    // Within the second after it: at once, with its error, no discovery.
+    let (result, took) = get(2000);
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("CLUSTER SLOTS: timeout"), "{err}");
+    assert!(took < Duration::from_millis(100), "{took:?}");
+    assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
+}
+
+/// `LOADING` (the server is loading its data and ran nothing): within the
+/// retry count, the next candidate serves the command; without retries,
+/// the error is the reply.
+#[test]
+fn a_loading_server_is_passed_over_within_the_retry_count() {
+    let source = RedisProcess::start(&[]);
+    source.cli(&["DEBUG", "POPULATE", "2000", "k"]);
+    assert_eq!(source.cli(&["SAVE"]), "OK");
+    let dir = source.socket.parent().unwrap().display().to_string();
+    // Its dump: 2000 keys at 2 ms each, answering LOADING meanwhile.
+    let loading = RedisProcess::start(&[
+        "--dir",
+        &dir,
+        "--key-load-delay",
+        "2000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    assert!(loading.cli(&["GET", "k:1"]).starts_with("LOADING"));
+    // Reads go to the replica first: the loading server.
+    let db = database(&loading, |args| args.role = "slave");
+    db.add_server(&source.location().parse().unwrap(), Role::Master)
+        .unwrap();
+    let get = |retries| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k:1");
+        command.retries = Some(retries);
+        db.execute(
+            &mut command,
+            false,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+    };
+    match get(0).unwrap() {
+        Reply::Error(text) => assert!(text.starts_with("LOADING"), "{text}"),
+        reply => panic!("{reply:?}"),
+    }
+    assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+    assert_eq!(get(1).unwrap(), Reply::String(b"value:1".to_vec()));
+    assert_eq!(db.stats().get(Counter::CommandsRetried), 1);
+    assert_eq!(db.stats().get(Counter::CommandsError), 1);
+    assert!(
+        loading.cli(&["GET", "k:1"]).starts_with("LOADING"),
+        "still loading: the test saw what it meant to"
+    );
+}
+
+/// `.timeout(999999999999999)` with `.retries(10000000)` from VCL: the
+/// bound of the whole execute is past what the clock can hold. No panic:
+/// no bound, and the command runs (each mode: the multiplexer computes
+/// its own deadline from the timeout).
+#[test]
+fn a_timeout_and_retries_past_the_clock_mean_no_bound_not_a_panic() {
+    let redis = RedisProcess::start(&[]);
+    for (shared, pipelining) in [(false, false), (true, false), (true, true)] {
+        let db = database(&redis, |args| {
+            args.shared_connections = shared;
+            args.pipelining = pipelining;
+            args.connection_timeout = 500;
+            args.command_timeout = 500;
+        });
+        assert_eq!(
+            db.deadline(Some(Duration::from_millis(999_999_999_999_999)), 10_000_000),
+            None
+        );
+        assert!(db
+            .deadline(Some(Duration::from_millis(500)), 10_000_000)
+            .is_some());
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(999_999_999_999_999));
+        ping.retries = Some(10_000_000);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+        let mut ping = Command::new(b"PING");
+        ping.timeout = Some(Duration::from_millis(i64::MAX as u64));
+        ping.retries = Some(u32::MAX);
+        let reply = db.execute(&mut ping, true, &mut TaskConnection::default(), &mut |_| {});
+        assert_eq!(
+            reply.unwrap(),
+            Reply::Status("PONG".into()),
+            "{shared} {pipelining}"
+        );
+    }
+}
