@@ -52,6 +52,9 @@ pub(crate) struct Rule {
     pub(crate) keys: KeyRule,
     /// Sent to a master whatever the `master` argument.
     pub(crate) master: bool,
+    /// Runs a script or function, whose error replies are its own: one
+    /// saying `LOADING` is not the server's, and is never retried.
+    pub(crate) script: bool,
 }
 
 const NONE: Rule = Rule {
@@ -59,6 +62,7 @@ const NONE: Rule = Rule {
     blocking: None,
     keys: KeyRule::Specs,
     master: false,
+    script: false,
 };
 
 const fn effect(effect: Effect) -> Rule {
@@ -192,6 +196,7 @@ pub(crate) const RULES: &[(&str, Rule)] = &[
         "EVAL",
         Rule {
             master: true,
+            script: true,
             ..NONE
         },
     ),
@@ -199,6 +204,7 @@ pub(crate) const RULES: &[(&str, Rule)] = &[
         "EVALSHA",
         Rule {
             master: true,
+            script: true,
             ..NONE
         },
     ),
@@ -206,6 +212,28 @@ pub(crate) const RULES: &[(&str, Rule)] = &[
         "FCALL",
         Rule {
             master: true,
+            script: true,
+            ..NONE
+        },
+    ),
+    (
+        "EVAL_RO",
+        Rule {
+            script: true,
+            ..NONE
+        },
+    ),
+    (
+        "EVALSHA_RO",
+        Rule {
+            script: true,
+            ..NONE
+        },
+    ),
+    (
+        "FCALL_RO",
+        Rule {
+            script: true,
             ..NONE
         },
     ),

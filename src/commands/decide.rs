@@ -59,10 +59,20 @@ pub(crate) const WAITS_FOREVER: &str = "it may block for ever (a blocking comman
 
 /// A blocking timeout argument that means "for ever": 0 (as a number:
 /// `0`, `0.0`...). Anything else the server either honours or refuses.
-fn is_zero(arg: Option<&[u8]>) -> bool {
-    arg.and_then(|arg| std::str::from_utf8(arg).ok())
-        .and_then(|text| text.trim().parse::<f64>().ok())
-        == Some(0.0)
+/// Whether a blocking command's timeout argument lets it wait for ever:
+/// Redis takes 0 as "no timeout", and rounds a timeout in seconds up to
+/// whole milliseconds (`ceill`), so a negative one above -1 ms becomes 0
+/// too. Anything that is not a positive finite number is taken as for
+/// ever (the server refuses the rest as not a number or negative).
+fn unbounded(arg: Option<&[u8]>) -> bool {
+    let Some(arg) = arg else {
+        // No timeout argument at all: Redis refuses the arity.
+        return false;
+    };
+    !std::str::from_utf8(arg)
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .is_some_and(|timeout| timeout.is_finite() && timeout > 0.0)
 }
 
 impl Found<'_> {
@@ -109,11 +119,27 @@ impl Found<'_> {
                 } else {
                     Some(at.unsigned_abs())
                 };
-                is_zero(index.and_then(|index| command.arg(index)))
+                // Index 0 is the name: too few arguments, which Redis refuses.
+                unbounded(
+                    index
+                        .filter(|&index| index > 0)
+                        .and_then(|index| command.arg(index)),
+                )
             }
             Blocking::WithKeyword(keyword) => {
+                // Options come before `STREAMS` (what follows are keys and
+                // ids), and Redis takes the last `BLOCK` given.
+                let mut last = None;
                 let mut args = command.args();
-                args.any(|arg| arg.eq_ignore_ascii_case(keyword.as_bytes())) && is_zero(args.next())
+                while let Some(arg) = args.next() {
+                    if arg.eq_ignore_ascii_case(b"STREAMS") {
+                        break;
+                    }
+                    if arg.eq_ignore_ascii_case(keyword.as_bytes()) {
+                        last = Some(args.next());
+                    }
+                }
+                last.is_some_and(unbounded)
             }
         }
     }
@@ -122,5 +148,11 @@ impl Found<'_> {
     /// `EVALSHA`, `FCALL`).
     pub(crate) fn master_only(&self) -> bool {
         self.entry.is_some_and(|entry| entry.master)
+    }
+
+    /// Runs a script or function (`EVAL*`, `FCALL*`): its error replies
+    /// may be the script's own.
+    pub(crate) fn runs_script(&self) -> bool {
+        self.entry.is_some_and(|entry| entry.script)
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct Entry {
     pub(crate) blocking: Blocking,
     pub(crate) keys: KeyRule,
     pub(crate) master: bool,
+    /// Runs a script (see [`super::builtin::Rule::script`]).
+    pub(crate) script: bool,
     /// May go on a multiplexed connection (for [`Blocking::WithKeyword`]:
     /// when the keyword is absent). See `decide.rs`.
     pub(crate) shares: bool,
@@ -195,6 +197,7 @@ const RULE_NONE: Rule = Rule {
     blocking: None,
     keys: KeyRule::Specs,
     master: false,
+    script: false,
 };
 
 /// `described`, with its rule: its own, else its parent's.
@@ -239,6 +242,7 @@ fn with_rule(full: &[u8], described: Described, rule: Rule, subcommands: Vec<Ent
         blocking,
         keys: rule.keys,
         master: rule.master,
+        script: rule.script,
         shares: false,
     };
     entry.shares = super::decide::may_share(full, &entry);

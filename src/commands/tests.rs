@@ -635,7 +635,7 @@ fn until(timeout: Option<std::time::Duration>) -> Option<std::time::Instant> {
 /// fraction above -1 ms is 0, "for ever". The check reads only the first
 /// `BLOCK`, and takes only an exact 0 as "for ever".
 #[test]
-fn review_commands_that_the_server_keeps_for_ever() {
+fn commands_redis_keeps_for_ever_by_their_last_block_or_a_rounded_timeout() {
     let model = redis_70();
     let forever = |args: &&[&str]| model.find(&cmd(args)).waits_forever(&cmd(args));
     let missed = [

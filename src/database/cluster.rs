@@ -202,7 +202,7 @@ impl Database {
                 target = Some((next, ask));
                 continue;
             }
-            if retry == Retry::Again && failed < x.retries {
+            if retry == Retry::Again && failed < x.retries && !self.may_have_run(x, &reply) {
                 failed += 1;
                 self.stats.inc(Counter::CommandsRetried);
                 if self.config.debug {

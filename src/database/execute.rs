@@ -234,7 +234,9 @@ impl Database {
                 Ok(Outcome::Reply(reply, lease)) => {
                     match ServerError::of_reply(&reply).map(ServerError::retry) {
                         Some(Retry::RolesChanged) => self.roles_changed(server, x),
-                        Some(Retry::Again) if failed < x.retries => {
+                        Some(Retry::Again)
+                            if failed < x.retries && !self.may_have_run(x, &reply) =>
+                        {
                             // Not run (LOADING): the next candidate may serve it.
                             drop(lease);
                             failed += 1;
@@ -279,6 +281,15 @@ impl Database {
                 }
             }
         }
+    }
+
+    /// A `LOADING` reply to a script or function may be the script's own
+    /// (`redis.error_reply('LOADING ...')`), sent after it ran: retrying it
+    /// would run the script again. The server's own `LOADING` comes
+    /// before anything runs. (The model is asked on this error path only.)
+    pub(super) fn may_have_run(&self, x: &Execution, reply: &Reply) -> bool {
+        ServerError::of_reply(reply) == Some(ServerError::Loading)
+            && self.commands.find(x.command).runs_script()
     }
 
     /// A reply said `server` is not what routing thought: a failover
