@@ -40,7 +40,7 @@
 //!   no fallback once that long (plus the 1 s reconnect spacing cap) after
 //!   SIGCONT.
 //! * `s3.pool-exhaustion.*`: 200 clients, `max_connections=1`, fast commands
-//!   then one in four a 10 ms `DEBUG SLEEP`: every request replied or timed
+//!   then one in four a script holding Redis 10 ms: every request replied or timed
 //!   out within the bound, `workers.blocked` counts (shared), replies in
 //!   every 500 ms (shared; private mode has no admission control and is
 //!   only reported in the slow phase).

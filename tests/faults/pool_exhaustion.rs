@@ -18,13 +18,13 @@ pub(crate) fn s3_pool_exhaustion(mode: Mode) -> Result<(), Failed> {
         bound.as_millis()
     ));
     let mut samples = Vec::new();
-    // Phase 1: fast commands. Phase 2: one command in four is a 10 ms
-    // `DEBUG SLEEP` (Redis is single-threaded: it serves at most ~100 of
+    // Phase 1: fast commands. Phase 2: one command in four holds Redis
+    // for 10 ms (a script that waits, tests/faults/vcl.rs; Redis is single-threaded: it serves at most ~100 of
     // them a second), so that waits run into the timeouts.
     for (phase, paths) in [
         ("fast commands", one_command_paths("db")),
         (
-            "1 in 4 is DEBUG SLEEP 0.01",
+            "1 in 4 holds Redis 10 ms",
             ["set", "get", "eval", "slow"]
                 .iter()
                 .map(|op| format!("/db/{op}/c{{c}}"))

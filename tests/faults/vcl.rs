@@ -130,7 +130,9 @@ sub vcl_synth {
             "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
-            "        if (req.url ~ \"^/{n}/slow/\") {{\n            {n}.command(\"DEBUG\");\n            {n}.push(\"SLEEP\");\n            {n}.push(\"0.01\");\n            {n}.execute();\n{record}        }}\n"
+            // 10 ms of Redis's time in a script: a command that may share
+            // a pipelined connection (DEBUG, an admin command, never does).
+            "        if (req.url ~ \"^/{n}/slow/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"{SLOW_SCRIPT}\"}});\n            {n}.push(\"0\");\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
             "        if (req.url ~ \"^/{n}/(eval|mix)/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"return redis.call('INCR', KEYS[1])\"}});\n            {n}.push(\"1\");\n            {n}.push(req.http.x-key + \":n\");\n            {n}.execute();\n{record}        }}\n    }}\n"
@@ -158,3 +160,8 @@ pub(crate) fn one_command_paths(db: &str) -> Vec<String> {
         .map(|op| format!("/{db}/{op}/c{{c}}"))
         .collect()
 }
+
+/// Holds Redis for 10 ms, as `DEBUG SLEEP 0.01` does, but as a script:
+/// the slow command of `s3.pool-exhaustion`, which must reach the
+/// pipelined connection too.
+const SLOW_SCRIPT: &str = "local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 10000 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e return 1";
