@@ -627,3 +627,36 @@ fn redis_80_and_valkey_81_read_in_both_protocols() {
 fn until(timeout: Option<std::time::Duration>) -> Option<std::time::Instant> {
     timeout.map(|timeout| std::time::Instant::now() + timeout)
 }
+
+/// Review (issue #20, "with command_timeout=0, commands that never reply
+/// are refused"): redis-server 7.0.15 blocks for ever on each of these
+/// (checked with redis-cli): the last `BLOCK` of `XREAD` wins, and a
+/// timeout in seconds is rounded up to whole ms (`ceill`), so a negative
+/// fraction above -1 ms is 0, "for ever". The check reads only the first
+/// `BLOCK`, and takes only an exact 0 as "for ever".
+#[test]
+fn review_commands_that_the_server_keeps_for_ever() {
+    let model = redis_70();
+    let forever = |args: &[&str]| model.find(&cmd(args)).waits_forever(&cmd(args));
+    for args in [
+        &["XREAD", "BLOCK", "5", "BLOCK", "0", "STREAMS", "s", "$"][..],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "5",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "s",
+            ">",
+        ],
+        &["BLPOP", "l", "-0.0001"],
+        &["BZPOPMIN", "z", "-0.0009"],
+        &["BLMPOP", "-0.0001", "1", "l", "LEFT"],
+    ] {
+        assert!(forever(args), "{args:?} blocks for ever on Redis 7.0");
+    }
+}
