@@ -637,8 +637,8 @@ fn until(timeout: Option<std::time::Duration>) -> Option<std::time::Instant> {
 #[test]
 fn review_commands_that_the_server_keeps_for_ever() {
     let model = redis_70();
-    let forever = |args: &[&str]| model.find(&cmd(args)).waits_forever(&cmd(args));
-    for args in [
+    let forever = |args: &&[&str]| model.find(&cmd(args)).waits_forever(&cmd(args));
+    let missed = [
         &["XREAD", "BLOCK", "5", "BLOCK", "0", "STREAMS", "s", "$"][..],
         &[
             "XREADGROUP",
@@ -656,7 +656,9 @@ fn review_commands_that_the_server_keeps_for_ever() {
         &["BLPOP", "l", "-0.0001"],
         &["BZPOPMIN", "z", "-0.0009"],
         &["BLMPOP", "-0.0001", "1", "l", "LEFT"],
-    ] {
-        assert!(forever(args), "{args:?} blocks for ever on Redis 7.0");
-    }
+    ]
+    .into_iter()
+    .filter(|args| !forever(args))
+    .collect::<Vec<_>>();
+    assert!(missed.is_empty(), "block for ever on Redis 7.0: {missed:?}");
 }
