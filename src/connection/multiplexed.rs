@@ -12,26 +12,27 @@
 //! Many workers' requests thus cost one write and as few reads as the
 //! kernel needs, in varnishd and in Redis.
 //!
-//! A reply never reaches another request, whatever the commands do: see
-//! [`State::in_flight`] for the rule (a fence after every batch, and the
-//! oldest request's deadline). A waiting worker stops at its deadline and
-//! marks its request abandoned; a driver that reaches its own deadline
-//! passes the driving on; when nobody is left waiting, the connection
-//! (which may still owe replies) is closed. A failed read or write fails
-//! every request written on the connection at once; requests queued and
-//! not written yet go to a new connection.
+//! A reply never reaches another request, whatever the commands do, and
+//! one request's deadline costs no other request its reply: see
+//! [`State::in_flight`] for the rule (a fence after every batch; a request
+//! past its deadline is abandoned, its reply read and dropped). A waiting
+//! worker stops at its deadline and marks its request abandoned; a driver
+//! that reaches its own deadline passes the driving to the oldest worker
+//! still waiting; when nobody is left waiting while replies are owed, the
+//! connection is closed. A fence that comes back wrong, or a failed read
+//! or write, fails every request written on the connection at once;
+//! requests queued and not written yet go to a new connection.
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use super::resp::ProtocolError;
 use super::{Connection, Failure, Limit};
-use crate::command::Command;
 use crate::error::Error;
 use crate::reply::Reply;
 use crate::stats::{Counter, Stats};
@@ -65,49 +66,93 @@ struct State {
     ///   A command that gives no reply, or several, moves the replies
     ///   after it by one: the fence's place then gets another reply (or
     ///   none), and no held reply is ever released.
-    /// - The driver waits for a reply no longer than the deadline of the
-    ///   oldest request here (the front). When it passes without that
-    ///   reply, or the fence's place gets a reply that is not the fence's,
-    ///   the connection is closed and every request here fails: none gets
-    ///   a reply, none waits for one that will not come.
+    /// - Each fence has its own token, unguessable from the earlier ones
+    ///   (see [`FenceToken`]): no command can give back the fence of its
+    ///   own batch.
+    /// - When the fence's place gets a reply that is not the fence's, the
+    ///   connection is closed and every request here fails: none gets a
+    ///   reply.
+    /// - Deadlines are each request's own: a request whose deadline
+    ///   passes is abandoned (its worker returns a timeout) and its reply,
+    ///   when it comes, is read in its place and dropped. The driver reads
+    ///   until its own deadline, then passes the driving to the oldest
+    ///   worker still waiting. Only when no worker is left waiting while
+    ///   replies are still owed is the connection closed. So a command
+    ///   that never replies costs only the requests that wait behind it,
+    ///   each until its own deadline (and the fence then catches the
+    ///   stream out of step); it never costs a reply to the wrong request.
     in_flight: VecDeque<InFlight>,
     /// How many requests at the front of `in_flight` hold their reply.
     held: usize,
     /// `ROLE` was asked on the open connection.
     role_asked: bool,
+    /// This multiplexer's fences (see [`FenceToken`]): which stream of
+    /// tokens (0: none drawn yet), and how many were made.
+    fence_stream: u64,
+    fences: u64,
 }
 
 enum InFlight {
     Request(Arc<Slot>),
     /// Written after a batch of requests: its reply, in its place, says
     /// that the replies before it are theirs.
-    Fence,
+    Fence(FenceToken),
 }
 
-/// The fence request and the exact bytes of its reply: a token random per
-/// process, that no command of a VCL can guess and give back.
-struct Fence {
-    packed: Vec<u8>,
-    reply: Vec<u8>,
-}
+/// The argument of one fence, `PING <token>`: 128 bits of a keyed hash
+/// (SipHash, keyed from the OS's random source once per process) of a
+/// stream drawn per multiplexer and a counter. A VCL can read earlier
+/// tokens (`SLOWLOG GET`, `CLIENT LIST`), not the key: the token of the
+/// fence after its own command is not known when that command is written,
+/// so no command (`ECHO`) can give it back in the fence's place.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FenceToken([u8; FENCE_TOKEN_LEN]);
 
-fn fence() -> &'static Fence {
-    static FENCE: OnceLock<Fence> = OnceLock::new();
-    FENCE.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        // Keyed from the OS's random source, once per process.
-        let random = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
-        let token = format!("vmod-redis-fence-{random:016x}");
-        let mut ping = Command::new(b"PING");
-        ping.push(token.as_bytes());
-        Fence {
-            packed: ping.packed().to_vec(),
-            reply: format!("${}\r\n{token}\r\n", token.len()).into_bytes(),
+const FENCE_PREFIX: &[u8; 17] = b"vmod-redis-fence-";
+const FENCE_TOKEN_LEN: usize = FENCE_PREFIX.len() + 32;
+/// `PING` and the length of its argument, the token: packed as `Command`
+/// would.
+const FENCE_REQUEST_HEAD: &[u8] = b"*2\r\n$4\r\nPING\r\n$49\r\n";
+/// The reply to the fence: the token as a bulk string (RESP2 and 3).
+const FENCE_REPLY_HEAD: &[u8] = b"$49\r\n";
+
+impl FenceToken {
+    /// The `stream`'s `n`th token.
+    fn new(stream: u64, n: u64) -> FenceToken {
+        use std::hash::BuildHasher;
+        static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+        let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+        let mut token = [0; FENCE_TOKEN_LEN];
+        token[..FENCE_PREFIX.len()].copy_from_slice(FENCE_PREFIX);
+        let digits = token[FENCE_PREFIX.len()..].chunks_exact_mut(16);
+        for (half, digits) in (0u8..).zip(digits) {
+            let mut word = key.hash_one((stream, n, half));
+            for digit in digits.iter_mut().rev() {
+                *digit = b"0123456789abcdef"[(word & 0xf) as usize];
+                word >>= 4;
+            }
         }
-    })
+        FenceToken(token)
+    }
+
+    /// Appends the fence request, `PING <token>`.
+    fn pack_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(FENCE_REQUEST_HEAD);
+        out.extend_from_slice(&self.0);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// Whether `reply` (a whole RESP value) is this fence's own reply.
+    fn answered_by(&self, reply: &[u8]) -> bool {
+        reply.len() == FENCE_REPLY_HEAD.len() + FENCE_TOKEN_LEN + 2
+            && reply.starts_with(FENCE_REPLY_HEAD)
+            && reply[FENCE_REPLY_HEAD.len()..].starts_with(&self.0)
+            && reply.ends_with(b"\r\n")
+    }
 }
+
+/// Streams of fence tokens, one per multiplexer: never the same twice.
+static FENCE_STREAMS: AtomicU64 = AtomicU64::new(1);
 
 /// What came back in a fence's place.
 enum FenceReply {
@@ -203,21 +248,14 @@ fn copy(failure: &Failure) -> Failure {
     }
 }
 
-/// The earlier of two deadlines (none: no bound).
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 impl State {
-    /// The deadline of the oldest request written and not answered.
-    fn front_deadline(&self) -> Option<Instant> {
-        match self.in_flight.front() {
-            Some(InFlight::Request(slot)) => slot.deadline,
-            _ => None,
+    /// The token of the next fence written.
+    fn next_fence(&mut self) -> FenceToken {
+        if self.fence_stream == 0 {
+            self.fence_stream = FENCE_STREAMS.fetch_add(1, Ordering::Relaxed);
         }
+        self.fences += 1;
+        FenceToken::new(self.fence_stream, self.fences)
     }
 
     /// Moves the queued requests in flight, a fence after them, and
@@ -247,8 +285,9 @@ impl State {
         stats.inc(Counter::batch_size(slots.len()));
         self.in_flight
             .extend(slots.into_iter().map(|(slot, _)| InFlight::Request(slot)));
-        self.in_flight.push_back(InFlight::Fence);
-        batch.extend_from_slice(&fence().packed);
+        let fence = self.next_fence();
+        self.in_flight.push_back(InFlight::Fence(fence));
+        fence.pack_into(&mut batch);
         batch
     }
 
@@ -260,9 +299,12 @@ impl State {
         }
     }
 
-    /// Whether the next reply to read is a fence's.
-    fn fence_next(&self) -> bool {
-        matches!(self.in_flight.get(self.held), Some(InFlight::Fence))
+    /// The fence whose reply is read next, if it is a fence's.
+    fn fence_next(&self) -> Option<FenceToken> {
+        match self.in_flight.get(self.held) {
+            Some(InFlight::Fence(fence)) => Some(*fence),
+            _ => None,
+        }
     }
 
     /// Puts one reply in its place (see `in_flight`); true when `mine`
@@ -308,11 +350,14 @@ enum Read {
     Fence(FenceReply),
 }
 
-fn read_next(conn: &mut Connection, fence_next: bool, limit: Limit) -> Result<Read, Failure> {
-    if fence_next {
-        let expected = &fence().reply;
+fn read_next(
+    conn: &mut Connection,
+    fence_next: Option<FenceToken>,
+    limit: Limit,
+) -> Result<Read, Failure> {
+    if let Some(fence) = fence_next {
         conn.read_raw_reply(limit, |bytes| {
-            if bytes == expected.as_slice() {
+            if fence.answered_by(bytes) {
                 FenceReply::Itself
             } else if bytes.first() == Some(&b'-') {
                 FenceReply::Refused
@@ -456,17 +501,13 @@ impl Multiplexed {
             }
         };
         loop {
-            let (batch, bound) = {
-                let mut state = self.state.lock();
-                let batch = state.take_batch(stats);
-                (batch, earliest(mine.deadline, state.front_deadline()))
-            };
+            let batch = self.state.lock().take_batch(stats);
             let written = if batch.is_empty() {
                 Ok(())
             } else {
                 // A write cut short leaves half a request on the stream: a
                 // failure for every request, whatever its cause.
-                conn.write_requests(&batch, Limit::by(bound))
+                conn.write_requests(&batch, Limit::by(mine.deadline))
                     .map_err(|failure| match failure {
                         Failure::Timeout => Failure::Io(io::ErrorKind::TimedOut.into()),
                         failure => failure,
@@ -477,25 +518,17 @@ impl Multiplexed {
             if let Err(failure) = written {
                 return Err(self.condemn(&mut state, mine, failure));
             }
-            // Unlocked while reading; the bound is read again as the front
-            // moves.
-            let (fence_next, bound) = (
-                state.fence_next(),
-                earliest(mine.deadline, state.front_deadline()),
-            );
+            // Unlocked while reading, until this worker's own deadline
+            // (the others' are theirs: see `in_flight`).
+            let fence_next = state.fence_next();
             drop(state);
-            let read = read_next(&mut conn, fence_next, Limit::by(bound));
+            let read = read_next(&mut conn, fence_next, Limit::by(mine.deadline));
             let mut state = self.state.lock();
             let routed = match read {
                 Ok(read) => state.route(read, mine),
                 Err(Failure::Timeout) => {
-                    let now = Instant::now();
-                    let due = |deadline: Option<Instant>| deadline.is_some_and(|due| due <= now);
-                    if due(state.front_deadline()) {
-                        // The oldest request's reply did not come in time:
-                        // nothing read on this connection can be trusted.
-                        Err(Failure::Timeout)
-                    } else if !due(mine.deadline) {
+                    let due = mine.deadline.is_some_and(|due| due <= Instant::now());
+                    if !due {
                         // Woken early (a partial TLS record stays in
                         // rustls, a partial reply in the buffer): read on.
                         Ok(false)
@@ -518,12 +551,18 @@ impl Multiplexed {
                 Ok(true) => {
                     // The replies already read for others are put in place
                     // before passing the driving on: each hand-off costs
-                    // the next driver a wake-up.
+                    // the next driver a wake-up. Only what is buffered: a
+                    // limit already spent never waits (a buffered RESP3
+                    // push may be all there is), and running out of
+                    // buffered bytes is no failure: the next driver reads.
+                    let now = Limit::by(Some(Instant::now()));
                     while conn.has_buffered_reply() && !state.in_flight.is_empty() {
                         let fence_next = state.fence_next();
-                        let limit = Limit::within(Some(Duration::from_millis(1)));
-                        let routed = read_next(&mut conn, fence_next, limit)
-                            .and_then(|read| state.route(read, mine));
+                        let routed = match read_next(&mut conn, fence_next, now) {
+                            Ok(read) => state.route(read, mine),
+                            Err(Failure::Timeout) => break,
+                            Err(failure) => Err(failure),
+                        };
                         if let Err(failure) = routed {
                             // Its own reply was in step (its fence came
                             // back): only the later ones are lost.
@@ -551,24 +590,14 @@ impl Multiplexed {
     /// request written on it fails, held replies included; requests not
     /// written yet go to a new connection. Returns `mine`'s error.
     fn condemn(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> MuxError {
-        let timed_out = matches!(failure, Failure::Timeout);
         let mut mine_failed = None;
         let written = std::mem::take(&mut state.in_flight);
         let requests = written.into_iter().filter_map(|entry| match entry {
             InFlight::Request(slot) => Some(slot),
-            InFlight::Fence => None,
+            InFlight::Fence(_) => None,
         });
-        for (at, slot) in requests.enumerate() {
-            let theirs = if timed_out && at > 0 {
-                // Only the oldest request timed out: the others lose the
-                // connection it held up.
-                Failure::Io(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "pipelined connection closed: a request ahead got no reply in time",
-                ))
-            } else {
-                copy(&failure)
-            };
+        for slot in requests {
+            let theirs = copy(&failure);
             if Arc::ptr_eq(&slot, mine) {
                 mine_failed = Some(theirs);
             } else {
@@ -587,7 +616,7 @@ impl Multiplexed {
     fn pass_driving(&self, state: &mut State, conn: Option<Connection>) -> bool {
         let written = state.in_flight.iter().filter_map(|entry| match entry {
             InFlight::Request(slot) => Some(slot),
-            InFlight::Fence => None,
+            InFlight::Fence(_) => None,
         });
         let next = written
             .chain(state.unsent_slots.iter().map(|(slot, _)| slot))
