@@ -232,6 +232,13 @@ impl Drop for Pinned {
     }
 }
 
+/// Whether a new connection reads the server's command table (`INFO
+/// server`, then `COMMAND` for a new version). Off for now: the scripted
+/// fake servers of `vtc/faults.hostile-replies.*` answer requests in a fixed
+/// order and take that `INFO` as the command under test. Until they do
+/// (issue #20's note), every decision uses the built-in Redis 7.0 table.
+const LEARN_ON_CONNECT: bool = false;
+
 impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
     /// private mode, the one in a pool slot or a new one in shared mode,
@@ -369,7 +376,7 @@ impl Database {
                 // after a failure): one or two requests, bounded as the
                 // connect. If that breaks the connection, a fresh one is
                 // opened in the time left.
-                if self.commands.learn(server, &mut conn, until).is_err() {
+                if LEARN_ON_CONNECT && self.commands.learn(server, &mut conn, until).is_err() {
                     let left = until.map(|until| until.saturating_duration_since(Instant::now()));
                     if left.is_some_and(|left| left.is_zero()) {
                         return Err(Error::Connect {
