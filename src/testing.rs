@@ -85,3 +85,25 @@ fn program(var: &str, default: &str) -> String {
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| default.to_string())
 }
+
+/// A redis-server with TLS on a TCP port of 127.0.0.1 (the test material
+/// of `tag`), its TLS port, and that material.
+pub fn tls_redis(tag: &str) -> (RedisProcess, String, crate::tls::testing::Material) {
+    let files = crate::tls::testing::material(tag);
+    let port = crate::testing::free_port();
+    let redis = RedisProcess::start(&[
+        "--bind",
+        "127.0.0.1",
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        crate::tls::testing::text(&files.server_cert),
+        "--tls-key-file",
+        crate::tls::testing::text(&files.server_key),
+        "--tls-ca-cert-file",
+        crate::tls::testing::text(&files.ca),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    (redis, port, files)
+}

@@ -69,33 +69,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::connection::multiplexed::{Multiplexed, MuxError};
-use crate::testing::RedisProcess;
+use crate::testing::{tls_redis, RedisProcess};
 use crate::tls::testing::{material, text, Material};
 use crate::tls::{Tls, TlsArgs};
 
 /// A busy 2-core machine may add this much to any bound.
 const SLACK: Duration = Duration::from_secs(1);
-
-/// A redis-server with TLS on a TCP port of 127.0.0.1.
-fn tls_redis(tag: &str) -> (RedisProcess, String, Material) {
-    let files = material(tag);
-    let port = crate::testing::free_port();
-    let redis = RedisProcess::start(&[
-        "--bind",
-        "127.0.0.1",
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        text(&files.server_cert),
-        "--tls-key-file",
-        text(&files.server_key),
-        "--tls-ca-cert-file",
-        text(&files.ca),
-        "--tls-auth-clients",
-        "no",
-    ]);
-    (redis, port, files)
-}
 
 fn tls_connector(files: &Material, addr: &str, connect_timeout: Duration) -> Connector {
     let tls = Tls::load(&TlsArgs {

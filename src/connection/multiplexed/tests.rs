@@ -334,25 +334,10 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
 /// building the TLS session on the worker overflowed it once.
 #[test]
 fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
-    use crate::tls::testing::{material, text};
+    use crate::tls::testing::text;
     use crate::tls::{Tls, TlsArgs};
 
-    let files = material("mux-stack");
-    let port = crate::testing::free_port();
-    let redis = RedisProcess::start(&[
-        "--bind",
-        "127.0.0.1",
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        text(&files.server_cert),
-        "--tls-key-file",
-        text(&files.server_key),
-        "--tls-ca-cert-file",
-        text(&files.ca),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let (redis, port, files) = crate::testing::tls_redis("mux-stack");
     let tls = Tls::load(&TlsArgs {
         cafile: text(&files.ca),
         capath: "",
