@@ -15,8 +15,30 @@
 //! `pubsub` and `module`; everything about connection state is below, as
 //! no flag carries it. `WAIT` (and `WAITAOF`, Redis 7.2+) block without
 //! the `blocking` flag. `decide.rs` tests pin the decision of each.
-use super::decide::Effect;
 use super::parse::{parse_command_reply, Described};
+
+/// What a command does to its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Nothing that outlives its reply: most commands.
+    None,
+    /// Transaction commands: see `Session::after_reply`.
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
+    /// Changes the connection for later commands (database, user,
+    /// protocol, name...): the task keeps it to its end, then it is closed.
+    Changes,
+    /// `RESET`: ends the transaction, and changes the connection as above.
+    Reset,
+    /// `QUIT`: the server closes the connection after its reply.
+    Quit,
+    /// Can never work with one reply per command: refused before sending,
+    /// for the reason given.
+    Refused(&'static str),
+}
 
 /// How a command may hold its connection waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,55 +2,9 @@
 //! to its connection ([`Effect`]), whether it may share a multiplexed
 //! connection, whether it may wait for ever, and whether it must go to a
 //! master. Keys and slots are in `keys.rs`.
-use super::builtin::Blocking;
-use super::model::{Entry, Found};
-use super::parse::flag;
+use super::builtin::{Blocking, Effect};
+use super::model::Found;
 use crate::command::Command;
-
-/// What a command does to its connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Effect {
-    /// Nothing that outlives its reply: most commands.
-    None,
-    /// Transaction commands: see `Session::after_reply`.
-    Multi,
-    Exec,
-    Discard,
-    Watch,
-    Unwatch,
-    /// Changes the connection for later commands (database, user,
-    /// protocol, name...): the task keeps it to its end, then it is closed.
-    Changes,
-    /// `RESET`: ends the transaction, and changes the connection as above.
-    Reset,
-    /// `QUIT`: the server closes the connection after its reply.
-    Quit,
-    /// Can never work with one reply per command: refused before sending,
-    /// for the reason given.
-    Refused(&'static str),
-}
-
-/// Whether `entry` (named `full`, `PARENT|SUB` for a subcommand) may go
-/// on a connection other workers' commands share at once: only when the
-/// model knows it replies exactly once and leaves nothing on the
-/// connection. Known to the server, no effect, not blocking (an `XREAD`
-/// without `BLOCK` is checked per command), not `admin` (`DEBUG SLEEP`,
-/// `SHUTDOWN`, `CLIENT PAUSE`...), not a module's (the model cannot tell
-/// how it replies), not Pub/Sub but for `PUBLISH`, `SPUBLISH` and the
-/// `PUBSUB` introspection subcommands, and not a container without its
-/// subcommand. Unknown or doubtful: an ordinary connection.
-pub(super) fn may_share(full: &[u8], entry: &Entry) -> bool {
-    let pubsub_ok = entry.flags & flag::PUBSUB == 0
-        || full.eq_ignore_ascii_case(b"PUBLISH")
-        || full.eq_ignore_ascii_case(b"SPUBLISH")
-        || full.starts_with(b"PUBSUB|");
-    entry.known
-        && entry.effect == Effect::None
-        && entry.flags & (flag::ADMIN | flag::MODULE) == 0
-        && pubsub_ok
-        && matches!(entry.blocking, Blocking::No | Blocking::WithKeyword(_))
-        && entry.subcommands.is_empty()
-}
 
 /// Why a command is refused when nothing bounds its wait.
 pub(crate) const WAITS_FOREVER: &str = "it may block for ever (a blocking command with no timeout \
@@ -85,7 +39,7 @@ impl Found<'_> {
     }
 
     /// Whether `command` may go on a multiplexed connection ([ext]
-    /// `pipelining=true`): see [`may_share`].
+    /// `pipelining=true`): see `model::may_share`.
     pub(crate) fn shares(&self, command: &Command) -> bool {
         let Some(entry) = self.entry.filter(|_| !self.container_only) else {
             return false;

@@ -5,9 +5,10 @@
 //! cluster slot it goes to, and whether it must go to a master.
 //!
 //! * `parse.rs`: the `COMMAND` reply (RESP2 or RESP3) into entries.
-//! * `builtin.rs`: what no server flag says (one table), and the fallback.
-//! * `model.rs`: the model, its lookup (no allocation, no lock).
-//! * `decide.rs`: [`Effect`] and the other decisions.
+//! * `builtin.rs`: what no server flag says ([`Effect`] and one table), and the fallback.
+//! * `model.rs`: the model, its lookup (no allocation, no lock), and which
+//!   entries may share a pipelined connection.
+//! * `decide.rs`: the decisions per command, read from an entry.
 //! * `keys.rs`: keys by key specification, the slot, `CROSSSLOT`.
 //! * `learn.rs`: reading a server's table, sharing it per version.
 mod builtin;
@@ -17,7 +18,8 @@ mod learn;
 mod model;
 mod parse;
 
-pub(crate) use decide::{Effect, WAITS_FOREVER};
+pub(crate) use builtin::Effect;
+pub(crate) use decide::WAITS_FOREVER;
 pub(crate) use keys::CROSSSLOT;
 pub(crate) use learn::Commands;
 

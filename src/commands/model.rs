@@ -6,8 +6,7 @@
 //! for a container (`CLIENT`, `CONFIG`...).
 use std::cmp::Ordering;
 
-use super::builtin::{self, Blocking, KeyRule, Rule};
-use super::decide::Effect;
+use super::builtin::{self, Blocking, Effect, KeyRule, Rule};
 use super::parse::{flag, Described, KeySpec};
 use crate::command::Command;
 
@@ -245,6 +244,28 @@ fn with_rule(full: &[u8], described: Described, rule: Rule, subcommands: Vec<Ent
         script: rule.script,
         shares: false,
     };
-    entry.shares = super::decide::may_share(full, &entry);
+    entry.shares = may_share(full, &entry);
     entry
+}
+
+/// Whether `entry` (named `full`, `PARENT|SUB` for a subcommand) may go
+/// on a connection other workers' commands share at once: only when the
+/// model knows it replies exactly once and leaves nothing on the
+/// connection. Known to the server, no effect, not blocking (an `XREAD`
+/// without `BLOCK` is checked per command), not `admin` (`DEBUG SLEEP`,
+/// `SHUTDOWN`, `CLIENT PAUSE`...), not a module's (the model cannot tell
+/// how it replies), not Pub/Sub but for `PUBLISH`, `SPUBLISH` and the
+/// `PUBSUB` introspection subcommands, and not a container without its
+/// subcommand. Unknown or doubtful: an ordinary connection.
+fn may_share(full: &[u8], entry: &Entry) -> bool {
+    let pubsub_ok = entry.flags & flag::PUBSUB == 0
+        || full.eq_ignore_ascii_case(b"PUBLISH")
+        || full.eq_ignore_ascii_case(b"SPUBLISH")
+        || full.starts_with(b"PUBSUB|");
+    entry.known
+        && entry.effect == Effect::None
+        && entry.flags & (flag::ADMIN | flag::MODULE) == 0
+        && pubsub_ok
+        && matches!(entry.blocking, Blocking::No | Blocking::WithKeyword(_))
+        && entry.subcommands.is_empty()
 }
