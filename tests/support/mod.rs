@@ -562,12 +562,16 @@ impl RedisConn {
         Ok(RedisConn(BufReader::new(stream)))
     }
 
-    /// One command: its reply's line, or a bulk string's content.
+    /// One command: its reply's line (`+OK`, `-ERR ...`, `:1`, `*2`: an
+    /// array is read whole), or a bulk string's content (nil: empty).
     pub fn cmd(&mut self, args: &[&str]) -> io::Result<String> {
-        let mut buf = Vec::new();
-        encode(&mut buf, args);
-        self.0.get_mut().write_all(&buf)?;
-        read_reply(&mut self.0)
+        Ok(match self.value(args)? {
+            Resp::Status(text) => format!("+{text}"),
+            Resp::Error(text) => format!("-{text}"),
+            Resp::Int(n) => format!(":{n}"),
+            Resp::Bulk(text) => text.unwrap_or_default(),
+            Resp::Array(items) => format!("*{}", items.map_or(-1, |items| items.len() as i64)),
+        })
     }
 
     /// [`RedisConn::cmd`] where an error reply is an error.
@@ -589,12 +593,16 @@ impl RedisConn {
 
     /// One command whose reply is an array of bulk strings.
     pub fn cmd_array(&mut self, args: &[&str]) -> io::Result<Vec<String>> {
-        let head = self.cmd(args)?;
-        let len: usize = head
-            .strip_prefix('*')
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, head))?;
-        (0..len).map(|_| read_reply(&mut self.0)).collect()
+        match self.value(args)? {
+            Resp::Array(Some(items)) => Ok(items
+                .iter()
+                .map(|item| item.text().unwrap_or_default().to_string())
+                .collect()),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{other:?}"),
+            )),
+        }
     }
 }
 
@@ -603,30 +611,6 @@ fn encode(buf: &mut Vec<u8>, args: &[&str]) {
     for a in args {
         buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
     }
-}
-
-fn read_reply(r: &mut impl BufRead) -> io::Result<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed",
-        ));
-    }
-    let line = line.trim_end_matches(['\r', '\n']);
-    if let Some(len) = line.strip_prefix('$') {
-        let len: i64 = len
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad bulk length"))?;
-        if len < 0 {
-            return Ok(String::new());
-        }
-        let mut data = vec![0; len as usize + 2];
-        r.read_exact(&mut data)?;
-        data.truncate(len as usize);
-        return Ok(String::from_utf8_lossy(&data).into_owned());
-    }
-    Ok(line.to_string())
 }
 
 /// A number field of `/proc/<pid>/status` (`Threads`, `VmRSS` in kB...).
