@@ -163,5 +163,9 @@ pub(crate) fn one_command_paths(db: &str) -> Vec<String> {
 
 /// Holds Redis for 10 ms, as `DEBUG SLEEP 0.01` does, but as a script:
 /// the slow command of `s3.pool-exhaustion`, which must reach the
-/// pipelined connection too.
-const SLOW_SCRIPT: &str = "local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 10000 repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e return 1";
+/// pipelined connection too. Redis 7.2+ and Valkey freeze `TIME` for the
+/// length of a script (a loop on it never ends: Redis hangs) and offer
+/// `os.clock()` (CPU time; a busy loop spends it as wall time); Redis 7.0
+/// has no `os` but a `TIME` that moves. The iteration cap bounds the
+/// `TIME` loop should a server have neither.
+const SLOW_SCRIPT: &str = "local ok, clock = pcall(function() return os.clock end) if ok and clock then local e = clock() + 0.01 repeat until clock() >= e return 1 end local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 10000 local n = 0 repeat n = n + 1 t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e or n > 200000 return 1";
