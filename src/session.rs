@@ -107,6 +107,7 @@ impl Session {
             // Kept whatever the reply: a refused SELECT changed nothing,
             // but keeping the connection to the task's end costs little.
             Effect::Changes => self.changed = true,
+            Effect::Unknown if !refused => self.changed = true,
             Effect::Reset => {
                 *self = Session {
                     changed: true,
@@ -176,6 +177,15 @@ mod tests {
         s.after_reply(Effect::Watch, &error());
         s.after_reply(Effect::Discard, &ok());
         assert!(!s.keeps_connection());
+    }
+
+    #[test]
+    fn an_unknown_command_keeps_the_connection_unless_refused() {
+        let mut s = Session::default();
+        s.after_reply(Effect::Unknown, &error());
+        assert!(!s.keeps_connection(), "refused: nothing ran");
+        s.after_reply(Effect::Unknown, &ok());
+        assert!(s.keeps_connection());
     }
 
     #[test]

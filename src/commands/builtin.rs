@@ -31,6 +31,13 @@ pub(crate) enum Effect {
     /// Changes the connection for later commands (database, user,
     /// protocol, name...): the task keeps it to its end, then it is closed.
     Changes,
+    /// Not in any table: a renamed command (`COMMAND` lists the original
+    /// name), or any command when the server would not describe its own.
+    /// Unless refused (an error reply: nothing ran), it may have changed
+    /// the connection, which is kept and closed as for [`Changes`].
+    ///
+    /// [`Changes`]: Effect::Changes
+    Unknown,
     /// `RESET`: ends the transaction, and changes the connection as above.
     Reset,
     /// `QUIT`: the server closes the connection after its reply.

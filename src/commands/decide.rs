@@ -30,12 +30,18 @@ fn unbounded(arg: Option<&[u8]>) -> bool {
 }
 
 impl Found<'_> {
-    /// What the command does to its connection. An unknown command does
-    /// nothing the model knows of; a container without a known
+    /// Not in the model: no entry, or a container whose subcommand is
+    /// missing or unknown.
+    pub(crate) fn unknown(&self) -> bool {
+        self.entry.is_none() || self.container_only
+    }
+
+    /// What the command does to its connection: [`Effect::Unknown`] for
+    /// a command not in the model; a container without a known
     /// subcommand has its own rule (every unknown `CLIENT` subcommand
     /// changes the connection).
     pub(crate) fn effect(&self) -> Effect {
-        self.entry.map_or(Effect::None, |entry| entry.effect)
+        self.entry.map_or(Effect::Unknown, |entry| entry.effect)
     }
 
     /// Whether `command` may go on a multiplexed connection ([ext]

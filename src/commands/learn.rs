@@ -8,16 +8,21 @@
 //! servers are normally one version, and during a rolling upgrade the
 //! commands both versions know mean the same. (Modules: a server's module
 //! commands reach the model of its version; a server of that version
-//! without the module gets "unknown command" for them anyway, and a
-//! module command unknown to the model takes an ordinary connection.)
+//! without the module gets "unknown command" for them anyway.)
 //!
-//! The model is learnt at a server's first connection, and again at the
-//! first new connection after the server failed (it may have come back as
-//! another version): `INFO server` says the version, one round trip on
-//! that connection only; `COMMAND` is read only for a version no model has
-//! yet. A server that refuses either (an ACL user without them, renamed
-//! commands) leaves the database on its model, the built-in fallback at
-//! first. Both requests are bounded by the connection's deadline.
+//! A database starts on the built-in model (Redis 7.0's table, which
+//! every later Redis and Valkey keeps, plus the rules no flag gives). It
+//! reads a server's table only when a command is not in the model it
+//! has (a newer server's command, a module's): `INFO server` says the
+//! version, one round trip on an ordinary connection of that database,
+//! bounded by the command's own deadline; `COMMAND` is read only for a
+//! version no model has yet. So the commands of Redis 7.0 never cost a
+//! request, and nothing is sent that a VCL did not ask for until it asks
+//! for something the model does not know. A server is asked once, and
+//! again after it failed (it may have come back as another version). A
+//! server that refuses either request (an ACL user without them) leaves
+//! the database on its model; a command still unknown then takes an
+//! ordinary connection, never a multiplexed one, and has no keys.
 //!
 //! The command path reads the database's model with one atomic load: the
 //! models live in a fixed array of write-once cells ([`MAX_MODELS`]), so
@@ -111,10 +116,19 @@ impl Commands {
         self.model().find(command)
     }
 
-    /// On a new connection to `server`: learns the server's model unless
-    /// its version was checked since its last failure (see the module
-    /// documentation). Every request ends by `until` (none: no bound). A
-    /// failure leaves `conn` broken, and the next connection tries again.
+    /// Whether `server`'s version is still to be asked: never asked, or
+    /// asked before its last failure.
+    pub(crate) fn should_ask(&self, server: &Server) -> bool {
+        let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        checked
+            .get(&server.id)
+            .map_or(true, |at| server.health.outdates(*at))
+    }
+
+    /// Learns `server`'s model on `conn` unless its version was checked
+    /// since its last failure (see the module documentation). Every
+    /// request ends by `until` (none: no bound). A failure leaves `conn`
+    /// broken, and the next unknown command asks again.
     pub(crate) fn learn(
         &self,
         server: &Server,
@@ -167,6 +181,25 @@ impl Commands {
             self.current.store(index, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Commands {
+    /// A database's view starting on the built-in model less `names`
+    /// (upper case), as if they were a newer server's commands: for tests
+    /// of learning.
+    pub(crate) fn fallback_without(names: &[&str]) -> Commands {
+        let described = super::builtin::fallback()
+            .into_iter()
+            .filter(|d| !names.iter().any(|name| *d.name == *name.as_bytes()))
+            .collect();
+        let model = Model::build(format!("built-in less {names:?}"), described);
+        let index = register(&model.source.clone(), model).expect("a free model cell");
+        Commands {
+            current: AtomicUsize::new(index),
+            ..Commands::default()
+        }
     }
 }
 

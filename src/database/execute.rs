@@ -122,7 +122,18 @@ impl Database {
                 limit: MAX_COMMAND_BYTES,
             });
         }
-        let found = self.commands.find(command);
+        let deadline = self.deadline(timeout, retries);
+        let mut found = self.commands.find(command);
+        // Not in the model (a newer server's command, a module's): the
+        // server's own table says what it is, read once per server
+        // version. Not while the task holds a connection: in a pool of
+        // one, that would wait for itself.
+        if found.unknown() && task.pinned.is_none() {
+            self.learn_commands(
+                deadline.or_else(|| Instant::now().checked_add(super::PROBE_STEP_CAP)),
+            );
+            found = self.commands.find(command);
+        }
         let effect = found.effect();
         let refused = match effect {
             Effect::Refused(reason) => Err(Error::Refused { reason }),
@@ -135,7 +146,6 @@ impl Database {
             self.stats.inc(Counter::CommandsFailed);
             return Err(err);
         }
-        let deadline = self.deadline(timeout, retries);
         let x = &mut Execution {
             command,
             effect,

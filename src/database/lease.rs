@@ -232,13 +232,6 @@ impl Drop for Pinned {
     }
 }
 
-/// Whether a new connection reads the server's command table (`INFO
-/// server`, then `COMMAND` for a new version). Off for now: the scripted
-/// fake servers of `vtc/faults.hostile-replies.*` answer requests in a fixed
-/// order and take that `INFO` as the command under test. Until they do
-/// (issue #20's note), every decision uses the built-in Redis 7.0 table.
-const LEARN_ON_CONNECT: bool = false;
-
 impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
     /// private mode, the one in a pool slot or a new one in shared mode,
@@ -366,26 +359,9 @@ impl Database {
             .connection_timeout
             .or(self.config.command_timeout);
         let timeout = within(timeout, deadline);
-        // Connecting, learning the server's commands and connecting again
-        // share this one bound.
-        let until = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         match server.connector.connect_within(&self.stats, timeout) {
-            Ok(mut conn) => {
+            Ok(conn) => {
                 server.health.connect_succeeded();
-                // The server's command table, at its first connection (and
-                // after a failure): one or two requests, bounded as the
-                // connect. If that breaks the connection, a fresh one is
-                // opened in the time left.
-                if LEARN_ON_CONNECT && self.commands.learn(server, &mut conn, until).is_err() {
-                    let left = until.map(|until| until.saturating_duration_since(Instant::now()));
-                    if left.is_some_and(|left| left.is_zero()) {
-                        return Err(Error::Connect {
-                            server: server.location().to_string(),
-                            detail: "timeout (reading the server's COMMAND table)".into(),
-                        });
-                    }
-                    conn = server.connector.connect_within(&self.stats, left)?;
-                }
                 Ok(conn)
             }
             Err(err) => {
@@ -393,6 +369,33 @@ impl Database {
                 server.health.connect_failed();
                 Err(err)
             }
+        }
+    }
+}
+
+impl Database {
+    /// Reads a server's own command table (`src/commands/learn.rs`) for a
+    /// command the model does not know, on an ordinary connection of this
+    /// database to the first server that is not sick and was not asked
+    /// since its last failure, by `until`. Nothing is learnt when no
+    /// server qualifies or no connection comes in time: the command then
+    /// goes as one the model does not know.
+    pub(super) fn learn_commands(&self, until: Option<Instant>) {
+        let topology = self.topology();
+        let now = Instant::now();
+        let Some(server) = topology
+            .servers
+            .iter()
+            .find(|server| !server.health.is_sick(now) && self.commands.should_ask(server))
+        else {
+            return;
+        };
+        let Ok(mut lease) = self.lease(server, &Command::new(b"COMMAND"), false, until) else {
+            return;
+        };
+        if let Some(conn) = lease.conn() {
+            // A failure broke the connection: it is closed on release.
+            let _ = self.commands.learn(server, conn, until);
         }
     }
 }

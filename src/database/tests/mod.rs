@@ -680,4 +680,5 @@ fn queued() -> Reply {
 }
 
 mod deadlines;
+mod learning;
 mod state;
