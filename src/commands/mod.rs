@@ -22,6 +22,7 @@ pub(crate) use builtin::Effect;
 pub(crate) use decide::WAITS_FOREVER;
 pub(crate) use keys::CROSSSLOT;
 pub(crate) use learn::Commands;
+pub(crate) use model::Found;
 
 /// The per-command decisions of the standalone path on the fallback
 /// model (effect, whether it may wait for ever, whether it may share a

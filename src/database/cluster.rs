@@ -61,7 +61,7 @@ impl Database {
         // Scripts are writes for Redis Cluster: a replica would redirect
         // every one of them (the C VMOD forces master=true too). A
         // transaction runs on the master.
-        let found = self.commands.find(x.command);
+        let found = x.found;
         let master_only = x.master || self.config.ignore_slaves || found.master_only() || multi;
         // The slot of all its keys; keys in different slots get Redis's
         // own error, without a round trip (counted as a reply, an error).
@@ -236,7 +236,8 @@ impl Database {
         // `ASKING` would let that one in instead. `ASK` only comes during
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
-        let mut lease = self.lease(server, x.command, !asking && !multi, x.deadline)?;
+        let shares = !asking && !multi && x.found.shares(x.command);
+        let mut lease = self.lease(server, shares, x.deadline)?;
         if server.role() == Role::Slave && !lease.readonly_sent() {
             lease.set_readonly_sent();
             self.request(&mut lease, server, READONLY, x.request_timeout())?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::lease::{Lease, Pinned, RequestError, TaskConnection};
 use super::{Database, Note, ROLE};
 use crate::command::{Command, MAX_COMMAND_BYTES};
-use crate::commands::{Effect, WAITS_FOREVER};
+use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::Role;
 use crate::connection::Failure;
 use crate::error::{Error, Result, Retry, ServerError};
@@ -32,6 +32,8 @@ enum Outcome<'a> {
 /// along the attempts (standalone, pinned, cluster, discovery).
 pub(super) struct Execution<'x> {
     pub(super) command: &'x mut Command,
+    /// The command in the model: every decision about it.
+    pub(super) found: Found<'static>,
     pub(super) effect: Effect,
     /// `.execute(master)`.
     pub(super) master: bool,
@@ -148,6 +150,7 @@ impl Database {
         }
         let x = &mut Execution {
             command,
+            found,
             effect,
             master,
             timeout,
@@ -299,7 +302,7 @@ impl Database {
     /// before anything runs. (The model is asked on this error path only.)
     pub(super) fn may_have_run(&self, x: &Execution, reply: &Reply) -> bool {
         ServerError::of_reply(reply) == Some(ServerError::Loading)
-            && self.commands.find(x.command).runs_script()
+            && x.found.runs_script()
     }
 
     /// A reply said `server` is not what routing thought: a failover
@@ -323,7 +326,7 @@ impl Database {
         server: &'a Server,
         master_only: bool,
     ) -> Result<Outcome<'a>> {
-        let mut lease = self.lease(server, x.command, true, x.deadline)?;
+        let mut lease = self.lease(server, x.found.shares(x.command), x.deadline)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
             match self.request(&mut lease, server, ROLE, x.request_timeout())? {

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use super::execute::{rotation, within};
 use super::Database;
-use crate::command::Command;
 use crate::connection::multiplexed::{Multiplexed, MuxError};
 use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::SharedLease;
@@ -236,21 +235,18 @@ impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
     /// private mode, the one in a pool slot or a new one in shared mode,
     /// waiting for a pooled one until `deadline` at most; with [ext]
-    /// `pipelining=true`, a place on a multiplexed connection for the
-    /// commands that may share one, unless `!may_multiplex` (a request
-    /// that must follow another one on its connection: `ASKING`).
+    /// `pipelining=true`, a place on a multiplexed connection when
+    /// `shares` (the command may share one, and need not follow another
+    /// request on its connection, as after `ASKING`).
     pub(super) fn lease<'a>(
         &'a self,
         server: &'a Server,
-        command: &Command,
-        may_multiplex: bool,
+        shares: bool,
         deadline: Option<Instant>,
     ) -> Result<Lease<'a>> {
         let now = Instant::now();
         if let Some(pool) = &server.pool {
-            let multiplexed = pool
-                .multiplexed(rotation())
-                .filter(|_| may_multiplex && self.commands.find(command).shares(command));
+            let multiplexed = pool.multiplexed(rotation()).filter(|_| shares);
             if let Some(mux) = multiplexed {
                 return Ok(Lease::Multiplexed(MuxLease {
                     db: self,
@@ -390,7 +386,7 @@ impl Database {
         else {
             return;
         };
-        let Ok(mut lease) = self.lease(server, &Command::new(b"COMMAND"), false, until) else {
+        let Ok(mut lease) = self.lease(server, false, until) else {
             return;
         };
         if let Some(conn) = lease.conn() {
