@@ -65,15 +65,18 @@ impl Database {
         let master_only = x.master || self.config.ignore_slaves || found.master_only() || multi;
         // The slot of all its keys; keys in different slots get Redis's
         // own error, without a round trip (counted as a reply, an error).
-        // In a transaction not sent yet, the MULTI goes with it: Redis
-        // would abort the EXEC, and later commands fail until it ends.
-        let Ok(slot) = found.slot(x.command) else {
-            self.stats.inc(Counter::CommandsTotal);
-            self.stats.inc(Counter::CommandsError);
-            if multi {
-                x.task.session.lose();
+        // As the first command of a held transaction, it goes to any
+        // master with the MULTI instead: Redis refuses it there and flags
+        // the transaction, so the EXEC gets Redis's EXECABORT, as with
+        // any client.
+        let slot = match found.slot(x.command) {
+            Ok(slot) => slot,
+            Err(_) if multi => None,
+            Err(_) => {
+                self.stats.inc(Counter::CommandsTotal);
+                self.stats.inc(Counter::CommandsError);
+                return Ok(Reply::Error(CROSSSLOT.into()));
             }
-            return Ok(Reply::Error(CROSSSLOT.into()));
         };
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,

@@ -299,10 +299,9 @@ impl Database {
     /// A `LOADING` reply to a script or function may be the script's own
     /// (`redis.error_reply('LOADING ...')`), sent after it ran: retrying it
     /// would run the script again. The server's own `LOADING` comes
-    /// before anything runs. (The model is asked on this error path only.)
+    /// before anything runs.
     pub(super) fn may_have_run(&self, x: &Execution, reply: &Reply) -> bool {
-        ServerError::of_reply(reply) == Some(ServerError::Loading)
-            && x.found.runs_script()
+        ServerError::of_reply(reply) == Some(ServerError::Loading) && x.found.runs_script()
     }
 
     /// A reply said `server` is not what routing thought: a failover
