@@ -97,3 +97,60 @@ fn a_server_that_refuses_info_leaves_the_model_and_serves_the_command() {
         "one INFO, refused: {stats}"
     );
 }
+
+/// A server that accepts connections and never answers (frozen: a long
+/// script, `DEBUG SLEEP`, a stalled proxy).
+fn silent_server() -> String {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in silent.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
+            let _ = conn.read(&mut buf);
+            held.push(conn);
+        }
+    });
+    location
+}
+
+/// Review: learning a command's table is a request like any other, and
+/// should be bounded by the command's timeout per request. It is bounded
+/// by the whole execution's deadline, `(connection_timeout +
+/// command_timeout) x (1 + retries)`: against a frozen server the `INFO
+/// server` alone waits all of it (3.3 s here, where the command timeout
+/// is 100 ms), and the command's own attempts and retries get 1 ms each.
+/// The same command known to the model fails after its 3 attempts of
+/// 100 ms.
+#[test]
+fn review_learning_waits_no_longer_than_the_command_would() {
+    let location = silent_server();
+    let db = |location: &str| {
+        let args = DbArgs {
+            location,
+            role: "master",
+            command_timeout: 100,
+            max_command_retries: 2,
+            ..DbArgs::default()
+        };
+        Database::new("db", DbConfig::from_args(&args).expect("valid config")).expect("database")
+    };
+    let timed = |args: &[&str]| {
+        let db = db(&location);
+        let started = Instant::now();
+        let result = run(&db, args);
+        (result, started.elapsed())
+    };
+    let (known, known_took) = timed(&["GET", "k"]);
+    assert!(matches!(known, Err(Error::Timeout { .. })), "{known:?}");
+    let (unknown, unknown_took) = timed(&["NOSUCHCOMMAND", "k"]);
+    assert!(matches!(unknown, Err(Error::Timeout { .. })), "{unknown:?}");
+    assert!(
+        unknown_took < known_took + Duration::from_millis(200),
+        "an unknown command waited {unknown_took:?}, a known one {known_took:?}"
+    );
+}
