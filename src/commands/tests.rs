@@ -664,15 +664,12 @@ fn commands_redis_keeps_for_ever_by_their_last_block_or_a_rounded_timeout() {
     assert!(missed.is_empty(), "block for ever on Redis 7.0: {missed:?}");
 }
 
-/// Review: the server's key specifications are numbers a server chose,
-/// and since today they are read (a command not in the built-in model
-/// makes the database read the server's `COMMAND`, and the model is
-/// shared by every database of that version). `spec_keys` adds and
-/// multiplies them unchecked: with overflow checks (the dev and test
-/// profiles) a hostile or broken table makes every routing of that
-/// command panic ("attempt to add with overflow"); in release they wrap.
+/// Key specifications are numbers a server chose (read for a command
+/// not in the built-in model, and shared by every database of that
+/// version): extreme ones find no key, and never overflow (a panic with
+/// overflow checks, a wrap in release).
 #[test]
-fn review_hostile_key_specifications_never_panic() {
+fn hostile_key_specifications_never_panic() {
     use super::parse::{BeginSearch, Described, FindKeys, KeySpec};
 
     let spec = |begin, find| KeySpec {
