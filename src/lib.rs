@@ -11,9 +11,6 @@
 //!   (private / shared),
 //!   [`command`], [`session`] (connection state per command), [`reply`],
 //!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
-// The FFI layer (and the VCL layer that only it calls) need varnishd's
-// symbols, so unit-test builds leave them out and test the logic beneath.
-#![cfg_attr(test, allow(dead_code))]
 
 mod cluster;
 pub mod command;
@@ -33,6 +30,8 @@ mod testing;
 pub mod tls;
 mod topology;
 
+// The FFI layer (and the VCL layer that only it calls) need varnishd's
+// symbols, so unit-test builds leave them out and test the logic beneath.
 #[cfg(not(test))]
 mod ffi;
 #[cfg(not(test))]

@@ -192,12 +192,17 @@ fn with_command(ctx: &Ctx, db: &Arc<Database>, what: &str, edit: impl FnOnce(&mu
     let Some(slot) = slot(ctx, db) else { return };
     match slot.borrow_mut().command.as_mut() {
         Some(command) => edit(command),
-        None => log_error(
-            ctx,
-            db,
-            &format!("{what}: no command (call .command() first)"),
-        ),
+        None => log_no_command(ctx, db, what),
     }
+}
+
+/// Logs that `what` (`push()`, `execute()`...) found no pending command.
+fn log_no_command(ctx: &Ctx, db: &Database, what: &str) {
+    log_error(
+        ctx,
+        db,
+        &format!("{what}: no command (call .command() first)"),
+    );
 }
 
 pub fn push(ctx: &Ctx, db: &Arc<Database>, arg: &[u8]) {
@@ -237,7 +242,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     } = &mut *slot;
     *slot_reply = None;
     let Some(command) = command.as_mut() else {
-        log_error(ctx, db, "execute(): no command (call .command() first)");
+        log_no_command(ctx, db, "execute()");
         return;
     };
     let mut debug = |note: Note| match note {
