@@ -15,7 +15,8 @@ use crate::config::{
 use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
-use crate::ffi::{Ctx, LogTag};
+use crate::ffi::ctx::{log_global, Ctx, LogTag};
+use crate::ffi::vsc::counter_segment;
 use crate::reply::Reply;
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
@@ -83,9 +84,7 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
-            let stats = ctx
-                .counter_segment(name)
-                .map_or_else(Stats::default, Stats::in_memory);
+            let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             Database::with_stats(name, config, stats, subnets, &vcl.private)
         });
     match created {
@@ -408,12 +407,12 @@ fn start_sentinel(vcl: &VclState) {
             Level::Error => LogTag::Error,
             Level::Info => LogTag::Debug,
         };
-        crate::ffi::log_global(tag, msg);
+        log_global(tag, msg);
     });
     let databases = vcl.databases.read().clone();
     match Monitor::start(config, databases, log) {
         Ok(monitor) => *running = Some(monitor),
-        Err(err) => crate::ffi::log_global(
+        Err(err) => log_global(
             LogTag::Error,
             &format!("[REDIS] sentinels: cannot start the thread: {err}"),
         ),

@@ -12,7 +12,8 @@ use super::bindings::{
     vcl_event_e, vmod_priv, vmod_redis_db, vrt_ctx, VCL_BLOB, VCL_BOOL, VCL_ENUM, VCL_INT,
     VCL_REAL, VCL_STRING,
 };
-use super::{arg_bytes, arg_str, guard, slot_of, Ctx};
+use super::ctx::{slot_of, Ctx};
+use super::{arg_bytes, arg_str, guard};
 use crate::config::{DbArgs, Secret, SentinelArgs};
 use crate::database::Database;
 use crate::reply::{Reply, ReplyKind};
