@@ -60,7 +60,7 @@ fn log_error(ctx: &Ctx, db: &Database, what: &str) {
 }
 
 fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
-    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db) as *const c_void);
+    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db).cast::<c_void>());
     if slot.is_none() {
         log_error(
             ctx,

@@ -47,7 +47,8 @@ impl<'a> Ctx<'a> {
     /// # Safety
     /// `ptr` is the `VRT_CTX` varnishd passed to the current call.
     pub(super) unsafe fn from_raw(ptr: *const vrt_ctx) -> Option<Ctx<'a>> {
-        ptr.as_ref().map(|raw| Ctx { raw })
+        // SAFETY: NULL or a live VRT_CTX, by the caller's contract.
+        unsafe { ptr.as_ref() }.map(|raw| Ctx { raw })
     }
 
     /// Logs `msg` to the task's VSL, or to the global log when there is no
@@ -114,7 +115,7 @@ impl<'a> Ctx<'a> {
                     ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
                     *dst.add(bytes.len()) = 0;
                 }
-                dst as VCL_STRING
+                dst.cast_const().cast()
             }
             None => ptr::null(),
         }
@@ -131,11 +132,11 @@ impl<'a> Ctx<'a> {
         // SAFETY: both allocations are ours, sized and (WS_Alloc) aligned.
         unsafe {
             ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
-            let blob = blob as *mut vrt_blob;
+            let blob = blob.cast::<vrt_blob>();
             blob.write(vrt_blob {
                 type_: 0,
                 len: bytes.len(),
-                blob: data as *const c_void,
+                blob: data.cast_const().cast(),
             });
             blob
         }
@@ -146,7 +147,7 @@ impl<'a> Ctx<'a> {
         // SAFETY: ws is the task's workspace; WS_Alloc returns NULL (and
         // marks the overflow) when it is too small.
         let dst = size.map_or(ptr::null_mut(), |size| unsafe {
-            bindings::WS_Alloc(self.raw.ws, size) as *mut u8
+            bindings::WS_Alloc(self.raw.ws, size).cast::<u8>()
         });
         if dst.is_null() {
             self.fail(&format!(
@@ -173,13 +174,16 @@ impl<'a> Ctx<'a> {
 /// # Safety
 /// `slot` is a `struct vmod_priv *` varnishd passed to the current call.
 pub(super) unsafe fn slot_of<'a, T: Any + Default>(slot: *mut vmod_priv) -> Option<&'a T> {
-    let slot = slot.as_mut()?;
+    // SAFETY: NULL or a live slot, by the caller's contract.
+    let slot = unsafe { slot.as_mut() }?;
     if slot.priv_.is_null() {
         let value: Box<Box<dyn Any>> = Box::new(Box::new(T::default()));
-        slot.priv_ = Box::into_raw(value) as *mut c_void;
+        slot.priv_ = Box::into_raw(value).cast::<c_void>();
         slot.methods = &PRIV_METHODS.0;
     }
-    let value = &*(slot.priv_ as *const Box<dyn Any>);
+    // SAFETY: priv_ was set above (or by an earlier call) to a
+    // Box<Box<dyn Any>>, freed only by priv_fini at the slot's end.
+    let value = unsafe { &*slot.priv_.cast_const().cast::<Box<dyn Any>>() };
     value.downcast_ref::<T>()
 }
 
@@ -199,7 +203,8 @@ unsafe extern "C" fn priv_fini(_ctx: *const vrt_ctx, value: *mut c_void) {
     if !value.is_null() {
         // Dropping may run arbitrary code (connections); never unwind into C.
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            drop(Box::from_raw(value as *mut Box<dyn Any>));
+            // SAFETY: varnishd calls fini once, with the priv_ slot_of set.
+            drop(unsafe { Box::from_raw(value.cast::<Box<dyn Any>>()) });
         }));
     }
 }

@@ -24,13 +24,14 @@ struct Segment {
 // SAFETY: the cells are atomics in shared memory that lives until Drop;
 // `seg` is only handed to VRT_VSC_* functions, which lock inside varnishd.
 unsafe impl Send for Segment {}
+// SAFETY: as for Send.
 unsafe impl Sync for Segment {}
 
 /// The varnishstat segment `REDIS.<vcl>.<object>` for a database object
 /// being created in vcl_init (hidden until the VCL is warm); `None`
 /// outside a VCL.
 pub(crate) fn counter_segment(ctx: &Ctx, object: &str) -> Option<Box<dyn CounterMemory>> {
-    Segment::new(ctx, object).map(|s| Box::new(s) as Box<dyn CounterMemory>)
+    Segment::new(ctx, object).map(|s| -> Box<dyn CounterMemory> { Box::new(s) })
 }
 
 impl Segment {
