@@ -12,6 +12,10 @@
 //!   [`command`], [`session`] (connection state per command), [`reply`],
 //!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
 
+// The VMOD runs inside varnishd's child: what it has to say goes to VSL
+// (ffi::ctx), not to stdout or stderr. Tests and harnesses may print.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
+
 mod cluster;
 pub mod command;
 pub mod commands;

@@ -3,6 +3,10 @@
 //! slots ([`ctx`]), the varnishstat segments ([`vsc`]), and [`guard`],
 //! which every entry point in [`exports`] runs its body under so a panic
 //! becomes `VRT_fail` instead of aborting varnishd.
+#![allow(
+    unsafe_code,
+    reason = "the one place that may: varnishd's C API takes and gives raw pointers"
+)]
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
