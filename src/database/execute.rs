@@ -17,9 +17,11 @@ use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
 use crate::stats::Counter;
 
-/// What one attempt on one server gave. (Large, but moved once per
-/// attempt: boxing it would cost an allocation per command.)
-#[allow(clippy::large_enum_variant)]
+/// What one attempt on one server gave.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "moved once per attempt: boxing it would cost an allocation per command"
+)]
 enum Outcome<'a> {
     /// The reply, and the lease of the connection it came on.
     Reply(Reply, Lease<'a>),
