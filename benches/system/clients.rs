@@ -66,12 +66,3 @@ impl Probe {
         info_field(&self.info_text(&[section])?, field)
     }
 }
-
-/// The value of `field:` in an INFO reply.
-pub(crate) fn info_field<T: std::str::FromStr>(text: &str, field: &str) -> Option<T> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(field)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-    })
-}

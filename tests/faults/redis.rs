@@ -2,12 +2,7 @@
 use super::*;
 
 pub(crate) fn redis_info(port: u16, section: &str, field: &str) -> Option<u64> {
-    let info = redis_cmd(port, None, &["INFO", section]).ok()?;
-    info.lines().find_map(|l| {
-        l.strip_prefix(field)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-    })
+    info_field(&redis_cmd(port, None, &["INFO", section]).ok()?, field)
 }
 
 pub(crate) struct Redis {

@@ -38,7 +38,7 @@ pub use redis_server::{
     cli_program, free_port, server_program, wait_ready, RedisConfig, RedisServer, TlsPort, Waited,
 };
 #[allow(unused_imports)]
-pub use resp::{read_value, redis_cmd, redis_cmd_at, RedisConn, Resp};
+pub use resp::{info_field, read_value, redis_cmd, redis_cmd_at, RedisConn, Resp};
 
 pub type Res<T> = Result<T, String>;
 
@@ -455,8 +455,13 @@ pub fn artifact_path(json: &str) -> Option<PathBuf> {
 
 /// A number field of `/proc/<pid>/status` (`Threads`, `VmRSS` in kB...).
 pub fn proc_status(pid: i32, key: &str) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| {
+    status_field(&format!("/proc/{pid}/status"), key)
+}
+
+/// The number after `key:` in a `/proc` file of that shape (`status`,
+/// `meminfo`), without its unit.
+pub fn status_field(path: &str, key: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.lines().find_map(|l| {
         l.strip_prefix(key)
             .and_then(|r| r.strip_prefix(':'))
             .and_then(|v| v.split_whitespace().next())

@@ -192,3 +192,12 @@ fn encode(buf: &mut Vec<u8>, args: &[&str]) {
         buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
     }
 }
+
+/// The value of `field:` in an INFO reply.
+pub fn info_field<T: std::str::FromStr>(text: &str, field: &str) -> Option<T> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
