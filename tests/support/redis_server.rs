@@ -172,7 +172,6 @@ pub fn wait_ready(
 /// it its own way.
 pub struct RedisServer {
     child: Option<Child>,
-    pub pid: u32,
     pub port: u16,
     pub socket: Option<PathBuf>,
     /// The directory [`RedisServer::start_on_socket`] made, removed on drop.
@@ -197,7 +196,6 @@ impl RedisServer {
         let mut child = spawn(&mut cmd)?;
         let waited = wait_ready(&mut child, bound, poll, ready);
         let server = RedisServer {
-            pid: child.id(),
             child: Some(child),
             port: config.port,
             socket: config.socket.clone(),
@@ -252,7 +250,8 @@ impl RedisServer {
         }
     }
 
-    /// The process, for a caller that stops it its own way.
+    /// The process, for a caller that stops it its own way (a server of
+    /// [`RedisServer::start_on_socket`] keeps its directory then).
     pub fn into_child(mut self) -> Child {
         self.child.take().expect("the child until dropped")
     }
