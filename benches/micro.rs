@@ -16,8 +16,8 @@
 //!   (src/reply.rs).
 //! * `stats/*`: one counter bump through `Stats` vs on a bare atomic.
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
-//!   on a UNIX socket in a temporary directory (no TCP port) and killed at
-//!   the end. `pool/shared_checkout` is a checkout + return of a pool slot
+//!   on a UNIX socket in a temporary directory (no TCP port; the launcher
+//!   of tests/support/redis_server.rs) and killed at the end. `pool/shared_checkout` is a checkout + return of a pool slot
 //!   holding a connection (gate, idle list, no I/O); `pool/private_take_give_back` the per-thread
 //!   list. `roundtrip/raw_socket_get` is one `GET` on a bare socket (one
 //!   write, reads until `resp::scan` sees the whole reply): the floor;
@@ -36,9 +36,8 @@ use std::hint::black_box;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use vmod_redis::command::Command;
@@ -49,6 +48,12 @@ use vmod_redis::connection::{resp, Connector};
 use vmod_redis::database::{Database, TaskConnection};
 use vmod_redis::reply::Reply;
 use vmod_redis::stats::Stats;
+
+// The launcher of the test harnesses; the bench uses a part of it.
+#[allow(dead_code, reason = "each includer uses a part of the shared launcher")]
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+use redis_server::{RedisServer, Waited};
 
 /// The script of the seeds' EVAL (seed 000 / 001), as VCL pushes it.
 const SCRIPT: &str = "
@@ -195,54 +200,23 @@ fn bench_reply(c: &mut Criterion) {
     g.finish();
 }
 
-/// A redis-server on a UNIX socket in a fresh directory, killed on drop.
+/// A redis-server on a UNIX socket in a fresh directory (no TCP port),
+/// started by the launcher every harness shares; killed on drop.
 struct Redis {
-    child: Child,
-    dir: PathBuf,
+    // Held for its drop.
+    _server: RedisServer,
     sock: PathBuf,
 }
 
 impl Redis {
     fn start() -> Option<Redis> {
-        let dir = std::env::temp_dir().join(format!("vmod-redis-micro.{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let sock = dir.join("redis.sock");
-        let child = Process::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ])
-            .arg("--unixsocket")
-            .arg(&sock)
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let redis = Redis { child, dir, sock };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::os::unix::net::UnixStream::connect(&redis.sock).is_ok() {
-                return Some(redis);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let (server, waited) = RedisServer::start_on_socket("micro", None, &[]).ok()?;
+        let sock = server.socket.clone()?;
+        let redis = Redis {
+            _server: server,
+            sock,
+        };
+        matches!(waited, Waited::Ready).then_some(redis)
     }
 }
 

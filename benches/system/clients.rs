@@ -29,91 +29,27 @@ pub(crate) fn http_get(port: u16, path: &str) -> Res<(u16, String)> {
     Ok((status, body))
 }
 
-/// A RESP reply.
-#[derive(Debug)]
-#[allow(
-    dead_code,
-    reason = "the payloads only show through `Debug` in error messages"
-)]
-pub(crate) enum Resp {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<String>),
-    Array(Vec<Resp>),
-}
-
 /// One persistent connection to Redis for INFO and setup, so that probing
 /// adds no connection to `total_connections_received` during a run.
 pub(crate) struct Probe {
-    pub(crate) reader: BufReader<TcpStream>,
+    conn: RedisConn,
     /// Commands sent so far: Redis counts them in total_commands_processed.
     pub(crate) sent: u64,
 }
 
 impl Probe {
     pub(crate) fn connect(port: u16) -> Res<Probe> {
-        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
+        let mut conn = RedisConn::open(port).map_err(|e| e.to_string())?;
+        conn.set_timeouts(Duration::from_secs(10))
             .map_err(|e| e.to_string())?;
-        Ok(Probe {
-            reader: BufReader::new(stream),
-            sent: 0,
-        })
+        Ok(Probe { conn, sent: 0 })
     }
 
     pub(crate) fn command(&mut self, args: &[&str]) -> Res<Resp> {
-        let mut req = format!("*{}\r\n", args.len());
-        for a in args {
-            let _ = write!(req, "${}\r\n{a}\r\n", a.len());
-        }
-        self.reader
-            .get_mut()
-            .write_all(req.as_bytes())
-            .map_err(|e| e.to_string())?;
         self.sent += 1;
-        self.read()
-    }
-
-    pub(crate) fn read(&mut self) -> Res<Resp> {
-        let mut line = String::new();
-        self.reader
-            .read_line(&mut line)
-            .map_err(|e| format!("redis probe: {e}"))?;
-        let line = line.trim_end_matches(['\r', '\n']);
-        let (kind, rest) = line.split_at(line.len().min(1));
-        let int = || {
-            rest.parse::<i64>()
-                .map_err(|_| format!("redis probe: bad line {line:?}"))
-        };
-        Ok(match kind {
-            "+" => Resp::Simple(rest.to_owned()),
-            "-" => Resp::Error(rest.to_owned()),
-            ":" => Resp::Int(int()?),
-            "$" => {
-                let n = int()?;
-                if n < 0 {
-                    Resp::Bulk(None)
-                } else {
-                    let mut buf = vec![0; n as usize + 2];
-                    self.reader
-                        .read_exact(&mut buf)
-                        .map_err(|e| e.to_string())?;
-                    buf.truncate(n as usize);
-                    Resp::Bulk(Some(String::from_utf8_lossy(&buf).into_owned()))
-                }
-            }
-            "*" => {
-                let n = int()?;
-                let mut items = Vec::new();
-                for _ in 0..n.max(0) {
-                    items.push(self.read()?);
-                }
-                Resp::Array(items)
-            }
-            _ => return Err(format!("redis probe: bad line {line:?}")),
-        })
+        self.conn
+            .value(args)
+            .map_err(|e| format!("redis probe: {e}"))
     }
 
     /// `INFO` of these sections (several in one command since Redis 7).
@@ -129,13 +65,4 @@ impl Probe {
     pub(crate) fn info(&mut self, section: &str, field: &str) -> Option<u64> {
         info_field(&self.info_text(&[section])?, field)
     }
-}
-
-/// The value of `field:` in an INFO reply.
-pub(crate) fn info_field<T: std::str::FromStr>(text: &str, field: &str) -> Option<T> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(field)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-    })
 }

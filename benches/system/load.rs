@@ -22,7 +22,7 @@ pub(crate) fn wrk_cmd(pin: bool, threads: u32, conns: u32, secs: u32, url: &str)
         .arg(format!("-d{secs}s"))
         .arg("--latency")
         .arg(url);
-    let mut cmd = on_load_cpu(pin, cmd);
+    let mut cmd = on_load_cpu(pin, &cmd).unwrap_or(cmd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -108,7 +108,7 @@ mod vcl;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
@@ -116,7 +116,8 @@ use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::{
-    cleanup_all, make_dir, spawn, stop_child, unregister_pid, wait_ready, Res, Varnishd, Waited,
+    cleanup_all, info_field, make_dir, spawn, stop_child, unregister_pid, RedisConfig, RedisConn,
+    RedisServer, Res, Resp, TlsPort, Varnishd, Waited,
 };
 
 const THEIRS_PKG: &str = "varnish-redis";

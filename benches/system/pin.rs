@@ -8,11 +8,12 @@ pub(crate) const VARNISH_CPU: u32 = 0;
 /// The CPU of redis-server(s) and wrk.
 pub(crate) const LOAD_CPU: u32 = 1;
 
-/// `cmd` under `taskset -c LOAD_CPU` when `pin`, else `cmd` itself; call it
-/// before setting stdio (which a Command does not give back).
-pub(crate) fn on_load_cpu(pin: bool, cmd: Process) -> Process {
+/// `cmd` under `taskset -c LOAD_CPU` when `pin`, else `None` (run `cmd`
+/// itself); call it before setting stdio (which a Command does not give
+/// back).
+pub(crate) fn on_load_cpu(pin: bool, cmd: &Process) -> Option<Process> {
     if !pin {
-        return cmd;
+        return None;
     }
     let mut t = Process::new("taskset");
     t.args(["-c", &LOAD_CPU.to_string()])
@@ -27,7 +28,7 @@ pub(crate) fn on_load_cpu(pin: bool, cmd: Process) -> Process {
             None => t.env_remove(k),
         };
     }
-    t
+    Some(t)
 }
 
 /// Pins every thread of a running process to `cpu`; threads it starts later

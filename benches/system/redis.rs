@@ -43,37 +43,52 @@ impl RedisUse {
 }
 
 impl Node {
-    fn start(dir: &Path, name: &str, args: &[String], pin: bool) -> Res<Node> {
+    /// `config` on a free port (5 tried) with `args`: up once the probe
+    /// connection gets PONG.
+    fn start(
+        dir: &Path,
+        name: &str,
+        mut config: RedisConfig,
+        args: &[String],
+        pin: bool,
+    ) -> Res<Node> {
         let data = dir.join(name);
         make_dir(&data)?;
         let log = dir.join(format!("{name}.log"));
+        config.dir = data;
+        config.log = Some(log.clone());
         let mut last = String::new();
         for _ in 0..5 {
             let port = support::free_port()?;
-            let cmd = support::redis_server(port, &data, &log);
-            let mut cmd = on_load_cpu(pin, cmd);
-            cmd.args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            record("redis-server", &cmd);
-            let mut child = spawn(&mut cmd, "redis-server")?;
+            config.port = port;
+            let spawn = |cmd: &mut Process| {
+                let mut pinned = on_load_cpu(pin, cmd);
+                let cmd = pinned.as_mut().unwrap_or(cmd);
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                record("redis-server", cmd);
+                spawn(cmd, "redis-server")
+            };
             let mut probe = None;
-            let waited = wait_ready(
-                &mut child,
+            let (server, waited) = RedisServer::start(
+                &config,
+                args,
+                spawn,
                 Duration::from_secs(10),
                 Duration::from_millis(50),
                 || {
                     let Ok(mut p) = Probe::connect(port) else {
                         return false;
                     };
-                    let pong = matches!(p.command(&["PING"]), Ok(Resp::Simple(s)) if s == "PONG");
+                    let pong = matches!(p.command(&["PING"]), Ok(Resp::Status(s)) if s == "PONG");
                     if pong {
                         probe = Some(p);
                     }
                     pong
                 },
-            );
+            )?;
+            let child = server.into_child();
             if let (Waited::Ready, Some(probe)) = (waited, probe) {
                 return Ok(Node {
                     child: Some(child),
@@ -108,7 +123,7 @@ impl Node {
 }
 
 /// The TLS port of the single server and the CA that signed its certificate.
-pub(crate) struct TlsPort {
+pub(crate) struct BenchTls {
     pub(crate) port: u16,
     pub(crate) ca: PathBuf,
 }
@@ -119,7 +134,7 @@ pub(crate) struct Redis {
     pub(crate) nodes: Vec<Node>,
     pub(crate) cluster: bool,
     pub(crate) sock: PathBuf,
-    pub(crate) tls: Option<TlsPort>,
+    pub(crate) tls: Option<BenchTls>,
 }
 
 /// The cluster's masters (tests/support/cluster.rs starts them first).
@@ -130,25 +145,23 @@ impl Redis {
     /// TLS port (certificate for 127.0.0.1, material in `dir`).
     pub(crate) fn start(dir: &Path, tls: bool, pin: bool) -> Res<Redis> {
         let sock = dir.join("redis.sock");
-        let mut args: Vec<String> = vec!["--unixsocket".into(), sock.display().to_string()];
-        args.extend(["--unixsocketperm".into(), "777".into()]);
+        let mut config = RedisConfig::new(dir);
+        config.socket = Some(sock.clone());
         let tls = if tls {
             let m = tls_material::write_material(dir)?;
             let port = support::free_port()?;
-            for (flag, value) in [
-                ("--tls-port", port.to_string()),
-                ("--tls-cert-file", m.server_cert.display().to_string()),
-                ("--tls-key-file", m.server_key.display().to_string()),
-                ("--tls-ca-cert-file", m.ca.display().to_string()),
-                ("--tls-auth-clients", "no".to_owned()),
-            ] {
-                args.extend([flag.to_owned(), value]);
-            }
-            Some(TlsPort { port, ca: m.ca })
+            config.tls = Some(TlsPort {
+                port,
+                cert: m.server_cert,
+                key: m.server_key,
+                ca: m.ca.clone(),
+                auth_clients: "no",
+            });
+            Some(BenchTls { port, ca: m.ca })
         } else {
             None
         };
-        let node = Node::start(dir, "redis", &args, pin)?;
+        let node = Node::start(dir, "redis", config, &[], pin)?;
         Redis {
             nodes: vec![node],
             cluster: false,
@@ -162,7 +175,7 @@ impl Redis {
     pub(crate) fn start_cluster(dir: &Path, pin: bool) -> Res<Redis> {
         let mut nodes = Vec::new();
         let formed = cluster::start(dir, "bench", &[], &mut |name, args| {
-            let node = Node::start(dir, name, args, pin)?;
+            let node = Node::start(dir, name, RedisConfig::new(dir), args, pin)?;
             let started = (node.port, node.child.as_ref().map_or(0, Child::id));
             nodes.push(node);
             Ok(started)

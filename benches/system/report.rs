@@ -54,7 +54,7 @@ pub(crate) fn machine_section(r: &mut String, load_start: &str, pin: bool) {
             })
         })
         .unwrap_or_default();
-    let mem = status_like("/proc/meminfo", "MemTotal")
+    let mem = support::status_field("/proc/meminfo", "MemTotal")
         .map_or("?".into(), |kb| format!("{:.1} GiB", kb as f64 / 1048576.0));
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -81,15 +81,6 @@ pub(crate) fn machine_section(r: &mut String, load_start: &str, pin: bool) {
             .trim()
     );
     let _ = writeln!(r);
-}
-
-pub(crate) fn status_like(path: &str, key: &str) -> Option<u64> {
-    fs::read_to_string(path).ok()?.lines().find_map(|l| {
-        l.strip_prefix(key)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-    })
 }
 
 pub(crate) fn git_rev() -> String {

@@ -167,9 +167,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 use support::{
-    cleanup_all, find_cache_child, make_dir, proc_status, redis_cmd, register_pid, signal,
-    stop_child, tail_file, unregister_pid, wait_ready, write_public, RedisConn, Res, Varnishd,
-    Waited,
+    cleanup_all, find_cache_child, info_field, make_dir, proc_status, redis_cmd, register_pid,
+    signal, stop_child, tail_file, unregister_pid, write_public, RedisConfig, RedisConn,
+    RedisServer, Res, Varnishd, Waited,
 };
 use varnish::*;
 use vcl::*;

@@ -2,12 +2,7 @@
 use super::*;
 
 pub(crate) fn redis_info(port: u16, section: &str, field: &str) -> Option<u64> {
-    let info = redis_cmd(port, None, &["INFO", section]).ok()?;
-    info.lines().find_map(|l| {
-        l.strip_prefix(field)
-            .and_then(|r| r.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-    })
+    info_field(&redis_cmd(port, None, &["INFO", section]).ok()?, field)
 }
 
 pub(crate) struct Redis {
@@ -52,21 +47,28 @@ impl Redis {
     pub(crate) fn spawn(&mut self) -> Res<()> {
         let data = self.dir.join("redis.data");
         make_dir(&data)?;
-        let mut cmd = support::redis_server(self.port, &data, &self.log());
-        cmd.args(["--enable-debug-command", "yes"])
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = support::spawn(&mut cmd, "redis-server")?;
-        self.pid = child.id() as i32;
+        let mut config = RedisConfig::new(data);
+        config.port = self.port;
+        config.log = Some(self.log());
+        let mut args = vec!["--enable-debug-command".to_string(), "yes".to_string()];
+        args.extend(self.args.iter().cloned());
+        let spawn = |cmd: &mut Command| {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            support::spawn(cmd, "redis-server")
+        };
         let port = self.port;
-        let waited = wait_ready(
-            &mut child,
+        let (server, waited) = RedisServer::start(
+            &config,
+            &args,
+            spawn,
             Duration::from_secs(10),
             Duration::from_millis(20),
             || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
-        );
+        )?;
+        let mut child = server.into_child();
+        self.pid = child.id() as i32;
         let what = match waited {
             Waited::Ready => {
                 self.child = Some(child);

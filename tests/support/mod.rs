@@ -7,8 +7,9 @@
 //!   `cargo build --lib` for this binary's profile and copied (0644) into it;
 //! * every process started, registered by PID and stopped by PID (SIGTERM,
 //!   SIGKILL after a grace period) on every way out;
-//! * free loopback ports, waiting for a process to come up, redis-server's
-//!   command line, a minimal RESP client (whole replies: `resp.rs`),
+//! * free loopback ports, waiting for a process to come up, redis-server
+//!   started (`redis_server.rs`, shared with the unit tests and
+//!   benches/micro.rs), a minimal RESP client (whole replies: `resp.rs`),
 //!   varnishd with its cache child, a keep-alive HTTP client (`http.rs`).
 //!
 //! Messages are prefixed with the target's name (`vtc`, `faults`, `system`).
@@ -17,22 +18,26 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod http;
+mod redis_server;
 mod resp;
 #[allow(unused_imports, reason = "each target uses a subset")]
 pub use http::{HttpConn, HttpResponse};
 #[allow(unused_imports, reason = "each target uses a subset")]
-pub use resp::{read_value, Resp};
+pub use redis_server::{
+    cli_program, free_port, server_program, wait_ready, RedisConfig, RedisServer, TlsPort, Waited,
+};
+#[allow(unused_imports, reason = "each target uses a subset")]
+pub use resp::{info_field, read_value, redis_cmd, redis_cmd_at, RedisConn, Resp};
 
 pub type Res<T> = Result<T, String>;
 
@@ -139,35 +144,6 @@ pub fn stop_child(mut child: Child, name: &str, grace: Duration) {
     stop_pids(&[(pid, name.to_owned())], grace);
     let _ = child.wait();
     unregister_pid(pid);
-}
-
-pub enum Waited {
-    Ready,
-    Exited(ExitStatus),
-    TimedOut,
-}
-
-/// Polls `ready` every `poll` until it says yes, `child` exits or `bound`
-/// has passed.
-pub fn wait_ready(
-    child: &mut Child,
-    bound: Duration,
-    poll: Duration,
-    mut ready: impl FnMut() -> bool,
-) -> Waited {
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Waited::Exited(status);
-        }
-        if ready() {
-            return Waited::Ready;
-        }
-        if Instant::now() >= deadline {
-            return Waited::TimedOut;
-        }
-        thread::sleep(poll);
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -477,146 +453,15 @@ pub fn artifact_path(json: &str) -> Option<PathBuf> {
         })
 }
 
-// ---------------------------------------------------------------------------
-// Loopback: ports, redis-server, RESP
-
-pub fn free_port() -> Res<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| format!("no free loopback port: bind: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("local_addr: {e}"))
-}
-
-/// The server the tests start: `$REDIS_SERVER` (e.g. `valkey-server`, which
-/// takes the same options), `redis-server` by default.
-pub fn server_program() -> String {
-    program_from_env("REDIS_SERVER", "redis-server")
-}
-
-/// The command-line client given to tests: `$REDIS_CLI`, `redis-cli` by
-/// default (it speaks to Valkey too).
-pub fn cli_program() -> String {
-    program_from_env("REDIS_CLI", "redis-cli")
-}
-
-fn program_from_env(var: &str, default: &str) -> String {
-    std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.to_string())
-}
-
-/// `redis-server --bind 127.0.0.1 --port PORT --save "" --appendonly no
-/// --daemonize no --dir DIR --logfile LOG`; callers add their options and
-/// stdio.
-pub fn redis_server(port: u16, dir: &Path, log: &Path) -> Command {
-    let mut cmd = Command::new(server_program());
-    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir)
-        .arg("--logfile")
-        .arg(log);
-    cmd
-}
-
-/// Minimal RESP client on 127.0.0.1: sends one command (after `AUTH` when a
-/// password is given) and returns the reply's line, or a bulk string's
-/// content. 500 ms to connect, 2 s per read and write.
-pub fn redis_cmd(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<String> {
-    redis_cmd_at(Ipv4Addr::LOCALHOST, port, password, args)
-}
-
-/// [`redis_cmd`] to a server on another loopback address (127.0.1.1...).
-pub fn redis_cmd_at(
-    host: Ipv4Addr,
-    port: u16,
-    password: Option<&str>,
-    args: &[&str],
-) -> io::Result<String> {
-    let mut conn = RedisConn::open_at(host, port)?;
-    if let Some(pw) = password {
-        let auth = conn.cmd(&["AUTH", pw])?;
-        if auth.starts_with('-') {
-            return Ok(auth);
-        }
-    }
-    conn.cmd(args)
-}
-
-/// A connection kept for many commands (a resharding sends hundreds):
-/// 500 ms to connect, 2 s per read and write.
-pub struct RedisConn(BufReader<TcpStream>);
-
-impl RedisConn {
-    pub fn open(port: u16) -> io::Result<RedisConn> {
-        RedisConn::open_at(Ipv4Addr::LOCALHOST, port)
-    }
-
-    pub fn open_at(host: Ipv4Addr, port: u16) -> io::Result<RedisConn> {
-        let addr = SocketAddr::from((host, port));
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-        Ok(RedisConn(BufReader::new(stream)))
-    }
-
-    /// One command: its reply's line (`+OK`, `-ERR ...`, `:1`, `*2`: an
-    /// array is read whole), or a bulk string's content (nil: empty).
-    pub fn cmd(&mut self, args: &[&str]) -> io::Result<String> {
-        Ok(match self.value(args)? {
-            Resp::Status(text) => format!("+{text}"),
-            Resp::Error(text) => format!("-{text}"),
-            Resp::Int(n) => format!(":{n}"),
-            Resp::Bulk(text) => text.unwrap_or_default(),
-            Resp::Array(items) => format!("*{}", items.map_or(-1, |items| items.len() as i64)),
-        })
-    }
-
-    /// [`RedisConn::cmd`] where an error reply is an error.
-    pub fn ok(&mut self, args: &[&str]) -> Res<String> {
-        match self.cmd(args) {
-            Ok(reply) if reply.starts_with('-') => Err(format!("{}: {reply}", args.join(" "))),
-            Ok(reply) => Ok(reply),
-            Err(e) => Err(format!("{}: {e}", args.join(" "))),
-        }
-    }
-
-    /// One command and its whole reply, nested arrays included.
-    pub fn value(&mut self, args: &[&str]) -> io::Result<Resp> {
-        let mut buf = Vec::new();
-        encode(&mut buf, args);
-        self.0.get_mut().write_all(&buf)?;
-        read_value(&mut self.0)
-    }
-
-    /// One command whose reply is an array of bulk strings.
-    pub fn cmd_array(&mut self, args: &[&str]) -> io::Result<Vec<String>> {
-        match self.value(args)? {
-            Resp::Array(Some(items)) => Ok(items
-                .iter()
-                .map(|item| item.text().unwrap_or_default().to_string())
-                .collect()),
-            other => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{other:?}"),
-            )),
-        }
-    }
-}
-
-fn encode(buf: &mut Vec<u8>, args: &[&str]) {
-    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-}
-
 /// A number field of `/proc/<pid>/status` (`Threads`, `VmRSS` in kB...).
 pub fn proc_status(pid: i32, key: &str) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| {
+    status_field(&format!("/proc/{pid}/status"), key)
+}
+
+/// The number after `key:` in a `/proc` file of that shape (`status`,
+/// `meminfo`), without its unit.
+pub fn status_field(path: &str, key: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.lines().find_map(|l| {
         l.strip_prefix(key)
             .and_then(|r| r.strip_prefix(':'))
             .and_then(|v| v.split_whitespace().next())

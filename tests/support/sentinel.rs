@@ -9,7 +9,7 @@ use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, redis_cmd, write_public, Waited};
+use crate::support::{self, redis_cmd, write_public, RedisConfig, RedisServer, TlsPort, Waited};
 
 /// A master unreachable this long is down for a Sentinel (`+sdown`).
 pub const DOWN_AFTER_MS: u32 = 500;
@@ -66,32 +66,30 @@ pub fn start(
     let out = dir.join(format!("{name}.out"));
     let data = dir.join(format!("{name}.data"));
     support::make_dir(&data)?;
-    let port = support::free_port()?;
     let out_file = fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
-    let mut cmd = std::process::Command::new(support::server_program());
-    cmd.arg(&conf)
-        .arg("--sentinel")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--daemonize", "no"])
-        .arg("--dir")
-        .arg(&data)
-        .arg("--logfile")
-        .arg(&log)
-        .args(extra)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(out_file)
-        .stderr(err_file);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("start {} --sentinel: {e}", support::server_program()))?;
-    let waited = support::wait_ready(
-        &mut child,
+    let mut config = RedisConfig::new(data);
+    config.port = support::free_port()?;
+    config.log = Some(log.clone());
+    config.sentinel_conf = Some(conf);
+    let port = config.port;
+    let spawn = |cmd: &mut std::process::Command| {
+        cmd.current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out_file)
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| format!("start {} --sentinel: {e}", support::server_program()))
+    };
+    let (server, waited) = RedisServer::start(
+        &config,
+        extra,
+        spawn,
         Duration::from_secs(10),
         Duration::from_millis(50),
         || redis_cmd(port, password, &["PING"]).is_ok_and(|r| r == "+PONG"),
-    );
+    )?;
+    let child = server.into_child();
     let started = Started {
         child,
         port,
@@ -117,21 +115,17 @@ pub fn tls_args(port: u16, macros: &[(String, String)]) -> Result<Vec<String>, S
         macros
             .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| PathBuf::from(v))
             .ok_or_else(|| format!("no {name} macro"))
     };
-    Ok(vec![
-        "--tls-port".into(),
-        port.to_string(),
-        "--tls-cert-file".into(),
-        path("tls_server_cert")?,
-        "--tls-key-file".into(),
-        path("tls_server_key")?,
-        "--tls-ca-cert-file".into(),
-        path("tls_ca")?,
-        "--tls-auth-clients".into(),
-        "optional".into(),
-    ])
+    let tls = TlsPort {
+        port,
+        cert: path("tls_server_cert")?,
+        key: path("tls_server_key")?,
+        ca: path("tls_ca")?,
+        auth_clients: "optional",
+    };
+    Ok(tls.args())
 }
 
 /// The length of an array reply (`*N`), 0 for anything else.

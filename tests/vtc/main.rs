@@ -139,7 +139,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{make_dir, redis_cmd_at, tail_file, Waited};
+use support::{make_dir, redis_cmd_at, tail_file, RedisConfig, RedisServer, Waited};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const PING_DEADLINE: Duration = Duration::from_secs(10);
@@ -192,7 +192,6 @@ fn keep() -> bool {
 
 struct Server {
     name: String,
-    host: Ipv4Addr,
     port: u16,
     child: Child,
     log: PathBuf,

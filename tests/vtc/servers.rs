@@ -57,7 +57,6 @@ pub(crate) fn start_sentinel(
     }
     fx.servers.push(Server {
         name: name.clone(),
-        host,
         port,
         child: started.child,
         log: started.log,
@@ -180,34 +179,45 @@ pub(crate) fn start_redis(
         let out_file =
             fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
         let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
-        let mut cmd = support::redis_server(port, &data, &log);
-        cmd.args(["--repl-diskless-sync-delay", "0"])
-            .arg("--unixsocket")
-            .arg(&sock)
-            .args(["--unixsocketperm", "777"]);
+        let mut config = RedisConfig::new(&data);
+        config.port = port;
+        config.socket = Some(sock.clone());
+        config.log = Some(log.clone());
+        let mut args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
         if let Some((master_host, master_port)) = replicaof {
-            cmd.arg("--replicaof")
-                .arg(master_host.to_string())
-                .arg(master_port.to_string());
+            args.extend([
+                "--replicaof".into(),
+                master_host.to_string(),
+                master_port.to_string(),
+            ]);
         }
-        cmd.args(extra)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(out_file)
-            .stderr(err_file);
-        write_restart_script(dir, name, host, port, &cmd)?;
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))?;
+        args.extend(extra.iter().cloned());
+        let spawn = |cmd: &mut Command| {
+            cmd.current_dir(dir)
+                .stdin(Stdio::null())
+                .stdout(out_file)
+                .stderr(err_file);
+            write_restart_script(dir, name, host, port, cmd)?;
+            cmd.spawn()
+                .map_err(|e| format!("start redis-server (installed? see scripts/deps): {e}"))
+        };
+        let mut last_ping = String::new();
+        let (server, waited) = RedisServer::start(
+            &config,
+            &args,
+            spawn,
+            PING_DEADLINE,
+            Duration::from_millis(50),
+            || pings(host, port, &mut last_ping),
+        )?;
         let mut srv = Server {
             name: name.to_string(),
-            host,
             port,
-            child,
+            child: server.into_child(),
             log: log.clone(),
             out: out.clone(),
         };
-        match wait_ping(&mut srv) {
+        match up_on_ping(waited, port, &last_ping) {
             Ok(()) => {
                 servers.push(srv);
                 return Ok(());
@@ -269,25 +279,24 @@ pub(crate) fn write_restart_script(
         .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
-pub(crate) fn wait_ping(srv: &mut Server) -> Result<(), String> {
-    let mut last = String::new();
-    let (host, port) = (srv.host, srv.port);
-    let waited = support::wait_ready(
-        &mut srv.child,
-        PING_DEADLINE,
-        Duration::from_millis(50),
-        || match redis_cmd_at(host, port, None, &["PING"]) {
-            Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
-            Ok(r) => {
-                last = format!("PING: {r:?}");
-                false
-            }
-            Err(e) => {
-                last = format!("PING: {e}");
-                false
-            }
-        },
-    );
+/// Whether the server answers PING (and is not loading its data); what it
+/// said instead goes to `last`.
+pub(crate) fn pings(host: Ipv4Addr, port: u16, last: &mut String) -> bool {
+    match redis_cmd_at(host, port, None, &["PING"]) {
+        Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
+        Ok(r) => {
+            *last = format!("PING: {r:?}");
+            false
+        }
+        Err(e) => {
+            *last = format!("PING: {e}");
+            false
+        }
+    }
+}
+
+/// How the wait for PING ended, as an error when it did not answer.
+pub(crate) fn up_on_ping(waited: Waited, port: u16, last: &str) -> Result<(), String> {
     match waited {
         Waited::Ready => Ok(()),
         Waited::Exited(status) => Err(format!("redis-server {}", describe(status))),
