@@ -129,9 +129,9 @@ impl ServerError {
 
     /// The kind of `reply` if it is an error reply: one match, nothing
     /// read, for any other reply.
-    pub(crate) fn of_reply(reply: &crate::reply::Reply) -> Option<ServerError> {
+    pub(crate) fn of_reply(reply: &crate::protocol::Reply) -> Option<ServerError> {
         match reply {
-            crate::reply::Reply::Error(text) => Some(ServerError::of(text)),
+            crate::protocol::Reply::Error(text) => Some(ServerError::of(text)),
             _ => None,
         }
     }
@@ -151,7 +151,7 @@ impl ServerError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reply::Reply;
+    use crate::protocol::Reply;
 
     #[test]
     fn error_replies_are_read_by_their_first_word() {

@@ -8,21 +8,21 @@
 //!   (execution along the plan, retries), `routing` (the execution plan),
 //!   `topology` (a database's servers as a snapshot), `cluster` (slots,
 //!   keys, slot map and redirections of Redis Cluster), [`connection`]
-//!   (private / shared),
-//!   [`command`], [`session`] (connection state per command), [`reply`],
-//!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
+//!   (private / shared / pipelined), [`protocol`] (command packing, the
+//!   RESP parser, replies: no I/O), `session` (connection state per
+//!   command), [`stats`], `sentinel` (what Sentinel says, and the thread
+//!   that listens).
 // The FFI layer (and the VCL layer that only it calls) need varnishd's
 // symbols, so unit-test builds leave them out and test the logic beneath.
 #![cfg_attr(test, allow(dead_code))]
 
 mod cluster;
-pub mod command;
 pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod database;
 pub mod error;
-pub mod reply;
+pub mod protocol;
 mod routing;
 mod sentinel;
 pub mod server;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::command::Command;
 use crate::config::{
     redact_credentials, DbArgs, DbConfig, Location, Role, SentinelArgs, SentinelConfig, Subnets,
 };
@@ -16,7 +15,8 @@ use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::{Ctx, LogTag};
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 

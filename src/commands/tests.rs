@@ -4,10 +4,10 @@
 use super::model::Model;
 use super::parse::tests::{read, REDIS_70_RESP2, REDIS_70_RESP3};
 use super::*;
-use crate::command::Command;
 use crate::config::{Location, Protocol, Role};
 use crate::connection::{Connection, Connector};
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::server::{Health, Server};
 use crate::stats::Stats;
 use crate::testing::RedisProcess;

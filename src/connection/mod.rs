@@ -2,13 +2,12 @@
 //! [`private`] (per worker thread, no lock) and [`shared`] (one bounded pool).
 //!
 //! The wire protocol is ours ([`resp`]): plain blocking sockets with
-//! timeouts, requests packed once by [`crate::command::Command`], replies
+//! timeouts, requests packed once by [`crate::protocol::Command`], replies
 //! parsed without recursion and within size limits.
 mod gate;
 pub(crate) mod lookup;
 pub(crate) mod multiplexed;
 pub mod private;
-pub mod resp;
 pub mod shared;
 mod tls_stream;
 
@@ -20,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use tls_stream::TlsStream;
 
-use crate::command::Command;
 use crate::config::{Location, Protocol};
 use crate::error::{Error, Result};
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::{resp, Reply};
 use crate::stats::{Counter, Stats};
 use crate::tls::Tls;
 

@@ -31,10 +31,10 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::resp::ProtocolError;
 use super::{Connection, Failure, Limit};
 use crate::error::Error;
-use crate::reply::Reply;
+use crate::protocol::resp::ProtocolError;
+use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
 
 /// One connection shared by many workers, and the requests on it.

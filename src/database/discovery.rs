@@ -366,7 +366,7 @@ mod tests {
     fn a_node_however_spelled_is_one_server() {
         use crate::cluster::redirection;
         use crate::config::{DbArgs, DbConfig};
-        use crate::reply::Reply;
+        use crate::protocol::Reply;
 
         let config = DbConfig::from_args(&DbArgs {
             location: "[::1]:7000",

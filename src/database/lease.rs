@@ -10,7 +10,7 @@ use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::SharedLease;
 use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
-use crate::reply::Reply;
+use crate::protocol::Reply;
 use crate::server::Server;
 use crate::session::Session;
 use crate::stats::{Counter, Stats};

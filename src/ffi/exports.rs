@@ -15,7 +15,7 @@ use super::bindings::{
 use super::{arg_bytes, arg_str, guard, slot_of, Ctx};
 use crate::config::{DbArgs, Secret, SentinelArgs};
 use crate::database::Database;
-use crate::reply::{Reply, ReplyKind};
+use crate::protocol::{Reply, ReplyKind};
 use crate::stats::PrometheusOptions;
 use crate::vcl::{self, TaskState, VclState};
 

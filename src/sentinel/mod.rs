@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::command::Command;
 use crate::config::{Location, SentinelConfig};
 use crate::connection::{Connection, Connector, Failure};
 use crate::database::Database;
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::stats::Stats;
 use apply::{Knowledge, Master};
 

@@ -5,9 +5,9 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::*;
-use crate::command::Command;
 use crate::config::Protocol;
 use crate::connection::Connector;
+use crate::protocol::Command;
 use crate::stats::Stats;
 use crate::testing::RedisProcess;
 

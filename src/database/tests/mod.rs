@@ -1,9 +1,9 @@
 //! Unit tests of the database object against real redis-server processes.
 use super::*;
-use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbArgs, Secret};
 use crate::error::Error;
-use crate::reply::Reply;
+use crate::protocol::Reply;
+use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::session;
 use crate::testing::RedisProcess;
 
