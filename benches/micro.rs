@@ -256,7 +256,6 @@ fn connector(sock: &Path) -> Connector {
         Some(Duration::from_secs(1)),
         None,
     )
-    .expect("connector")
 }
 
 /// How the benchmarked database keeps its connections.

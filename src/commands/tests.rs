@@ -438,8 +438,7 @@ fn connect(redis: &RedisProcess, user: Option<(&str, &str)>, protocol: Protocol)
         protocol,
         None,
         None,
-    )
-    .unwrap();
+    );
     connector.connect(&Stats::default()).unwrap()
 }
 
@@ -498,8 +497,7 @@ fn server(redis: &RedisProcess, user: Option<(&str, &str)>) -> Server {
         Protocol::Default,
         None,
         None,
-    )
-    .unwrap();
+    );
     Server::new(
         7,
         connector,

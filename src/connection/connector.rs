@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use super::redact::refusal;
 use super::stream::{Limit, Stream};
-use super::{lookup, Connection};
+use super::{lookup, ConnectError, Connection};
 use crate::config::{Location, Protocol};
-use crate::error::{Error, Result};
 use crate::protocol::{Command, Reply};
 use crate::stats::{Counter, Stats};
 use crate::tls::Tls;
@@ -54,8 +53,8 @@ impl Connector {
         protocol: Protocol,
         connect_timeout: Option<Duration>,
         tls: Option<Tls>,
-    ) -> Result<Self> {
-        Ok(Connector {
+    ) -> Self {
+        Connector {
             location: location.clone(),
             name: location.to_string(),
             handshake: handshake(user, password, protocol),
@@ -63,7 +62,7 @@ impl Connector {
             auth_without_hello: handshake(user, password, Protocol::Default),
             connect_timeout,
             tls,
-        })
+        }
     }
 
     /// The server's location as logs and stats show it.
@@ -72,7 +71,7 @@ impl Connector {
     }
 
     /// Opens a connection (HELLO / AUTH included), counting the outcome.
-    pub fn connect(&self, stats: &Stats) -> Result<Connection> {
+    pub fn connect(&self, stats: &Stats) -> Result<Connection, ConnectError> {
         self.connect_within(stats, self.connect_timeout)
     }
 
@@ -82,7 +81,7 @@ impl Connector {
         &self,
         stats: &Stats,
         timeout: Option<Duration>,
-    ) -> Result<Connection> {
+    ) -> Result<Connection, ConnectError> {
         match self.open(timeout) {
             Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
@@ -90,7 +89,7 @@ impl Connector {
             }
             Err(detail) => {
                 stats.inc(Counter::ConnectionsFailed);
-                Err(Error::Connect {
+                Err(ConnectError {
                     server: self.name.clone(),
                     detail,
                 })
@@ -100,7 +99,7 @@ impl Connector {
 
     /// Connects, TLS and HELLO / AUTH included, all of it within
     /// `timeout` (the name lookup and a UNIX connect too).
-    fn open(&self, timeout: Option<Duration>) -> std::result::Result<Connection, String> {
+    fn open(&self, timeout: Option<Duration>) -> Result<Connection, String> {
         let limit = Limit::within(timeout);
         // The socket timeout the TLS handshake left on the socket.
         let mut armed = None;
@@ -202,7 +201,7 @@ const UNIX_RETRY_MAX: Duration = Duration::from_millis(10);
 /// server), with no timeout; a non-blocking one fails at once (`EAGAIN`)
 /// instead: it is tried again after short pauses until `limit`, then the
 /// socket is made blocking again.
-fn connect_unix(path: &Path, limit: Limit) -> std::result::Result<UnixStream, String> {
+fn connect_unix(path: &Path, limit: Limit) -> Result<UnixStream, String> {
     if limit.deadline.is_none() {
         return UnixStream::connect(path).map_err(|e| e.to_string());
     }

@@ -10,7 +10,13 @@
 //! packed once by [`crate::protocol::Command`], replies parsed without
 //! recursion and within size limits. What a server's refusal may show in
 //! a log is cut in `redact.rs`.
+//!
+//! The layer has its own errors (`error.rs`): [`Failure`] of a request,
+//! [`ConnectError`] of an opening, [`PoolTimeout`] of a shared pool's wait.
+//! `crate::error::Error` converts from them; nothing here reads it, and the
+//! pools pass on, as it is, whatever error their caller's `refresh` gives.
 mod connector;
+mod error;
 mod gate;
 pub(crate) mod lookup;
 pub(crate) mod multiplexed;
@@ -23,6 +29,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 pub use connector::Connector;
+pub use error::{ConnectError, Failure, PoolError, PoolTimeout};
 pub(crate) use redact::loggable_error;
 pub(crate) use stream::Limit;
 use stream::Stream;
@@ -51,36 +58,6 @@ pub struct Connection {
     broken: bool,
     /// How far the reply in `buf[start..end]` has been scanned.
     scan: resp::ScanState,
-}
-
-/// How a request on a connection failed at the transport level.
-#[derive(Debug, thiserror::Error)]
-pub enum Failure {
-    /// The server closed the connection (`connections.dropped.hung_up`).
-    #[error("connection closed by the server: {0}")]
-    HungUp(io::Error),
-    /// A timeout expired (`connections.dropped.error`).
-    #[error("timeout")]
-    Timeout,
-    /// Any other I/O error (`connections.dropped.error`).
-    #[error("{0}")]
-    Io(io::Error),
-    /// The reply broke the protocol or its limits (`connections.dropped.error`).
-    #[error("{0}")]
-    Protocol(#[from] resp::ProtocolError),
-}
-
-impl From<io::Error> for Failure {
-    fn from(err: io::Error) -> Self {
-        match err.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Failure::Timeout,
-            io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe => Failure::HungUp(err),
-            _ => Failure::Io(err),
-        }
-    }
 }
 
 /// A connection idle this long is checked for a close by the server before

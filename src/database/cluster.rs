@@ -371,8 +371,7 @@ mod tests {
 
     fn server_at(id: u32, location: &str, role: Role) -> Arc<Server> {
         let location: Location = location.parse().unwrap();
-        let connector =
-            Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
+        let connector = Connector::new(&location, None, None, Protocol::Default, None, None);
         let health = Arc::new(Health::new(Duration::from_secs(60)));
         Arc::new(Server::new(id, connector, role, health, 0, None))
     }
