@@ -8,8 +8,6 @@ use crate::connection::{ConnectError, Failure, PoolError, PoolTimeout};
 pub enum Error {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error("{feature} is not supported yet")]
-    Unsupported { feature: &'static str },
     #[error("{0}")]
     Connect(#[from] ConnectError),
     #[error("not connecting to {server} for {retry_in_ms} ms more: the last attempt failed")]
@@ -22,8 +20,6 @@ pub enum Error {
     Timeout { server: String, timeout_ms: u128 },
     #[error("no {role} server available")]
     NoServer { role: &'static str },
-    #[error("no command to execute: call .command() first")]
-    NoCommand,
     #[error("command of {size} bytes is larger than the {limit} bytes limit")]
     CommandTooLarge { size: usize, limit: usize },
     #[error("refused, not sent: {reason}")]

@@ -12,9 +12,10 @@
 //!   RESP parser, replies: no I/O), `session` (connection state per
 //!   command), [`stats`], `sentinel` (what Sentinel says, and the thread
 //!   that listens).
-// The FFI layer (and the VCL layer that only it calls) need varnishd's
-// symbols, so unit-test builds leave them out and test the logic beneath.
-#![cfg_attr(test, allow(dead_code))]
+
+// The VMOD runs inside varnishd's child: what it has to say goes to VSL
+// (ffi::ctx), not to stdout or stderr. Tests and harnesses may print.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod cluster;
 pub mod commands;
@@ -33,6 +34,8 @@ mod testing;
 pub mod tls;
 mod topology;
 
+// The FFI layer (and the VCL layer that only it calls) need varnishd's
+// symbols, so unit-test builds leave them out and test the logic beneath.
 #[cfg(not(test))]
 mod ffi;
 #[cfg(not(test))]

@@ -231,6 +231,10 @@ fn io_reason(e: &io::Error) -> String {
 
 #[cfg(test)]
 #[path = "../tests/support/tls_material.rs"]
+#[allow(
+    dead_code,
+    reason = "shared with the vtc harness, which uses the expired and other-CA files"
+)]
 mod tls_material;
 
 #[cfg(test)]

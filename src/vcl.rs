@@ -14,9 +14,9 @@ use crate::config::{
 use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
-use crate::ffi::{Ctx, LogTag};
-use crate::protocol::Command;
-use crate::protocol::Reply;
+use crate::ffi::ctx::{log_global, Ctx, LogTag};
+use crate::ffi::vsc::counter_segment;
+use crate::protocol::{Command, Reply};
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 
@@ -59,7 +59,7 @@ fn log_error(ctx: &Ctx, db: &Database, what: &str) {
 }
 
 fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
-    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db) as *const c_void);
+    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db).cast::<c_void>());
     if slot.is_none() {
         log_error(
             ctx,
@@ -83,9 +83,7 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
-            let stats = ctx
-                .counter_segment(name)
-                .map_or_else(Stats::default, Stats::in_memory);
+            let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             Database::with_stats(name, config, stats, subnets, &vcl.private)
         });
     match created {
@@ -192,12 +190,17 @@ fn with_command(ctx: &Ctx, db: &Arc<Database>, what: &str, edit: impl FnOnce(&mu
     let Some(slot) = slot(ctx, db) else { return };
     match slot.borrow_mut().command.as_mut() {
         Some(command) => edit(command),
-        None => log_error(
-            ctx,
-            db,
-            &format!("{what}: no command (call .command() first)"),
-        ),
+        None => log_no_command(ctx, db, what),
     }
+}
+
+/// Logs that `what` (`push()`, `execute()`...) found no pending command.
+fn log_no_command(ctx: &Ctx, db: &Database, what: &str) {
+    log_error(
+        ctx,
+        db,
+        &format!("{what}: no command (call .command() first)"),
+    );
 }
 
 pub fn push(ctx: &Ctx, db: &Arc<Database>, arg: &[u8]) {
@@ -237,7 +240,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     } = &mut *slot;
     *slot_reply = None;
     let Some(command) = command.as_mut() else {
-        log_error(ctx, db, "execute(): no command (call .command() first)");
+        log_no_command(ctx, db, "execute()");
         return;
     };
     let mut debug = |note: Note| match note {
@@ -403,12 +406,12 @@ fn start_sentinel(vcl: &VclState) {
             Level::Error => LogTag::Error,
             Level::Info => LogTag::Debug,
         };
-        crate::ffi::log_global(tag, msg);
+        log_global(tag, msg);
     });
     let databases = vcl.databases.read().clone();
     match Monitor::start(config, databases, log) {
         Ok(monitor) => *running = Some(monitor),
-        Err(err) => crate::ffi::log_global(
+        Err(err) => log_global(
             LogTag::Error,
             &format!("[REDIS] sentinels: cannot start the thread: {err}"),
         ),

@@ -29,9 +29,12 @@ pub(crate) fn http_get(port: u16, path: &str) -> Res<(u16, String)> {
     Ok((status, body))
 }
 
-/// A RESP reply; the payloads only show through `Debug` in error messages.
+/// A RESP reply.
 #[derive(Debug)]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the payloads only show through `Debug` in error messages"
+)]
 pub(crate) enum Resp {
     Simple(String),
     Error(String),

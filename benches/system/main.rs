@@ -97,8 +97,10 @@ mod servers;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 mod svg;
-// The bench uses the CA and the server certificate only.
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the bench uses the CA and the server certificate only"
+)]
 #[path = "../../tests/support/tls_material.rs"]
 mod tls_material;
 mod vcl;

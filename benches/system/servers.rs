@@ -10,6 +10,7 @@ pub(crate) fn stat_fields(pid: i32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
+#[allow(unsafe_code, reason = "libc::sysconf, which std does not wrap")]
 pub(crate) fn clk_tck() -> f64 {
     // SAFETY: sysconf has no memory effects.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

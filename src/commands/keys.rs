@@ -22,7 +22,8 @@ type Args<'c> = SmallVec<[&'c [u8]; 16]>;
 
 /// The key positions of one specification in `args` (the name at 0),
 /// each passed to `key`; nothing when the arguments do not fit it (the
-/// server will say what is wrong).
+/// server will say what is wrong). The numbers come from a server's
+/// `COMMAND` reply: saturating arithmetic, so that none can overflow.
 fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
     let argc = args.len() as i64;
     let first = match &spec.begin {
@@ -31,7 +32,7 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
             let (start, end, step) = if *startfrom >= 0 {
                 (*startfrom, argc - 1, 1)
             } else {
-                (argc + startfrom, 1, -1)
+                (argc.saturating_add(*startfrom), 1, -1)
             };
             let mut found = None;
             let mut i = start;
@@ -40,7 +41,7 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
                     found = Some(i + 1);
                     break;
                 }
-                i += step;
+                i = i.saturating_add(step);
             }
             match found {
                 Some(first) => first,
@@ -56,11 +57,11 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
             limit,
         } => {
             let last = if lastkey >= 0 {
-                first + lastkey
+                first.saturating_add(lastkey)
             } else if limit <= 1 {
-                argc + lastkey
+                argc.saturating_add(lastkey)
             } else {
-                first + ((argc - first) / limit + lastkey)
+                first.saturating_add((argc.saturating_sub(first) / limit).saturating_add(lastkey))
             };
             (first, last, keystep)
         }
@@ -69,7 +70,7 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
             firstkey,
             keystep,
         } => {
-            let Some(count) = usize::try_from(first + keynumidx)
+            let Some(count) = usize::try_from(first.saturating_add(keynumidx))
                 .ok()
                 .and_then(|at| args.get(at))
                 .and_then(|arg| std::str::from_utf8(arg).ok())
@@ -78,8 +79,11 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
             else {
                 return;
             };
-            let first = first + firstkey;
-            (first, first + count * keystep.max(1) - 1, keystep)
+            let first = first.saturating_add(firstkey);
+            let last = first
+                .saturating_add(count.saturating_mul(keystep.max(1)))
+                .saturating_sub(1);
+            (first, last, keystep)
         }
         FindKeys::Unknown => return,
     };
@@ -89,7 +93,7 @@ fn spec_keys(spec: &KeySpec, args: &[&[u8]], key: &mut dyn FnMut(usize)) {
     let mut i = first;
     while i <= last {
         key(i as usize);
-        i += step;
+        i = i.saturating_add(step);
     }
 }
 

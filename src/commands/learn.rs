@@ -15,8 +15,9 @@
 //! reads a server's table only when a command is not in the model it
 //! has (a newer server's command, a module's): `INFO server` says the
 //! version, one round trip on an ordinary connection of that database,
-//! bounded by the command's own deadline; `COMMAND` is read only for a
-//! version no model has yet. So the commands of Redis 7.0 never cost a
+//! bounded as one request of that command; `COMMAND` is read only for a
+//! version no model has yet, and never from a server before 7.0 (its
+//! table has no key specifications). So the commands of Redis 7.0 never cost a
 //! request, and nothing is sent that a VCL did not ask for until it asks
 //! for something the model does not know. A server is asked once, and
 //! again after it failed (it may have come back as another version). A
@@ -96,6 +97,16 @@ pub(crate) fn version_of(info: &Reply) -> Option<String> {
     Some(format!("{server} {version}"))
 }
 
+/// Whether `version` (`redis 7.0.15`) gives key specifications in its
+/// `COMMAND` reply: Redis and Valkey 7.0 and later.
+fn describes_keys(version: &str) -> bool {
+    version
+        .rsplit(' ')
+        .next()
+        .and_then(|number| number.split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 7)
+}
+
 /// A database's view of the model: which one it uses, and when each of
 /// its servers was last asked its version.
 #[derive(Default)]
@@ -166,7 +177,9 @@ impl Commands {
         let Some(version) = version_of(&conn.request(INFO_SERVER, left()?)?) else {
             return Ok(());
         };
-        if self.model().source == version {
+        // Before 7.0 the table has no key specifications (and fewer
+        // commands): the built-in one says more of every command it has.
+        if self.model().source == version || !describes_keys(&version) {
             return Ok(());
         }
         let index = match registered(&version) {
@@ -224,6 +237,14 @@ mod tests {
         );
         assert_eq!(version_of(&info("# Server\r\n")), None);
         assert_eq!(version_of(&Reply::Error("NOPERM".into())), None);
+    }
+
+    #[test]
+    fn only_servers_with_key_specifications_are_learnt() {
+        assert!(describes_keys("redis 7.0.15"));
+        assert!(describes_keys("valkey 8.1.1"));
+        assert!(!describes_keys("redis 6.2.14"));
+        assert!(!describes_keys("redis x"));
     }
 
     #[test]

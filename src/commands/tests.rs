@@ -661,3 +661,80 @@ fn commands_redis_keeps_for_ever_by_their_last_block_or_a_rounded_timeout() {
     .collect::<Vec<_>>();
     assert!(missed.is_empty(), "block for ever on Redis 7.0: {missed:?}");
 }
+
+/// Key specifications are numbers a server chose (read for a command
+/// not in the built-in model, and shared by every database of that
+/// version): extreme ones find no key, and never overflow (a panic with
+/// overflow checks, a wrap in release).
+#[test]
+fn hostile_key_specifications_never_panic() {
+    use super::parse::{BeginSearch, Described, FindKeys, KeySpec};
+
+    let spec = |begin, find| KeySpec {
+        begin,
+        find,
+        incomplete: false,
+    };
+    let big = i64::MAX;
+    let specs = [
+        spec(
+            BeginSearch::Index(1),
+            FindKeys::Range {
+                lastkey: big,
+                keystep: 1,
+                limit: 0,
+            },
+        ),
+        spec(
+            BeginSearch::Index(big),
+            FindKeys::Range {
+                lastkey: 1,
+                keystep: 1,
+                limit: 0,
+            },
+        ),
+        spec(
+            BeginSearch::Index(1),
+            FindKeys::Keynum {
+                keynumidx: big,
+                firstkey: 1,
+                keystep: 1,
+            },
+        ),
+        spec(
+            BeginSearch::Index(1),
+            FindKeys::Keynum {
+                keynumidx: 0,
+                firstkey: big,
+                keystep: 1,
+            },
+        ),
+        spec(
+            BeginSearch::Index(1),
+            FindKeys::Keynum {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: big,
+            },
+        ),
+    ];
+    let mut panicked = Vec::new();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let model = Model::build(
+            format!("hostile {i}"),
+            vec![Described {
+                name: b"HOSTILE".to_vec().into(),
+                arity: -2,
+                flags: 0,
+                key_specs: vec![spec.clone()],
+                subcommands: Vec::new(),
+            }],
+        );
+        let command = cmd(&["HOSTILE", "2", "k1", "k2"]);
+        let found = model.find(&command);
+        if std::panic::catch_unwind(|| found.slot(&command)).is_err() {
+            panicked.push(spec);
+        }
+    }
+    assert!(panicked.is_empty(), "panicked on {panicked:#?}");
+}

@@ -20,7 +20,8 @@ use super::Limit;
 static BEFORE_FIRST_THREAD: OnceLock<fn()> = OnceLock::new();
 
 /// Sets the hook run before the first lookup thread starts (once per
-/// process; later calls are ignored).
+/// process; later calls are ignored). Only the FFI layer sets it.
+#[cfg(not(test))]
 pub(crate) fn set_before_first_thread(hook: fn()) {
     let _ = BEFORE_FIRST_THREAD.set(hook);
 }

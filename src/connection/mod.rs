@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 pub use connector::Connector;
 pub use error::{ConnectError, Failure, PoolError, PoolTimeout};
+// For the VCL and Sentinel layers, which unit-test builds leave out.
+#[cfg(not(test))]
 pub(crate) use redact::loggable_error;
 pub(crate) use stream::Limit;
 use stream::Stream;

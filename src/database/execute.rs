@@ -17,9 +17,11 @@ use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
 use crate::stats::Counter;
 
-/// What one attempt on one server gave. (Large, but moved once per
-/// attempt: boxing it would cost an allocation per command.)
-#[allow(clippy::large_enum_variant)]
+/// What one attempt on one server gave.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "moved once per attempt: boxing it would cost an allocation per command"
+)]
 enum Outcome<'a> {
     /// The reply, and the lease of the connection it came on.
     Reply(Reply, Lease<'a>),
@@ -130,10 +132,11 @@ impl Database {
         // server's own table says what it is, read once per server
         // version. Not while the task holds a connection: in a pool of
         // one, that would wait for itself.
+        // Bounded as one request of the command (500 ms with no timeout at
+        // all), not as the whole execution: its attempts keep their time.
         if found.unknown() && task.pinned.is_none() {
-            self.learn_commands(
-                deadline.or_else(|| Instant::now().checked_add(super::PROBE_STEP_CAP)),
-            );
+            let bound = within(timeout, deadline).unwrap_or(super::PROBE_STEP_CAP);
+            self.learn_commands(Instant::now().checked_add(bound));
             found = self.commands.find(command);
         }
         let effect = found.effect();
@@ -406,9 +409,21 @@ impl Database {
         if matches!(reply, Reply::Error(_)) {
             self.stats.inc(Counter::CommandsError);
         }
-        task.session.after_reply(effect, &reply);
-        if effect == Effect::Quit {
-            // Closed by the server: not a failure, nor a connection to reuse.
+        // In a cluster, a connection kept for the task would take its
+        // commands for every slot to one node: one that a command in no
+        // table may have changed is closed after the reply instead
+        // (whatever it changed goes with it). In a transaction it is kept,
+        // as the transaction's connection is.
+        let close_unknown = effect == Effect::Unknown
+            && self.cluster.is_some()
+            && !task.session.in_multi()
+            && !matches!(reply, Reply::Error(_));
+        if !close_unknown {
+            task.session.after_reply(effect, &reply);
+        }
+        if effect == Effect::Quit || close_unknown {
+            // Closed by the server (QUIT), or as just said: not a failure,
+            // nor a connection to reuse.
             lease.retire();
             self.stats.inc(Counter::DroppedState);
         } else if task.session.keeps_connection() {

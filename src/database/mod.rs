@@ -210,10 +210,6 @@ impl Database {
         &self.name
     }
 
-    pub fn config(&self) -> &DbConfig {
-        &self.config
-    }
-
     pub fn stats(&self) -> &Stats {
         &self.stats
     }

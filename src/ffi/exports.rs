@@ -4,6 +4,13 @@
 //! function come from one `entry!` line, so they cannot drift apart; the
 //! generated signature checks (build.rs) make a drift from vmod.vcc a
 //! compile error.
+//!
+//! # Safety
+//! varnishd calls each export with the arguments vmod.vcc declares (the
+//! contract every `SAFETY` note below refers to): `ctx` is the live
+//! `VRT_CTX` of the call; `priv_vcl` / `priv_task` are this VMOD's slots
+//! for the VCL and the task; `obj` is NULL or what `vmod_db__init` stored;
+//! STRING / ENUM arguments are NULL or NUL-terminated, valid for the call.
 use std::ffi::{c_char, c_int};
 use std::ptr;
 use std::sync::Arc;
@@ -12,7 +19,8 @@ use super::bindings::{
     vcl_event_e, vmod_priv, vmod_redis_db, vrt_ctx, VCL_BLOB, VCL_BOOL, VCL_ENUM, VCL_INT,
     VCL_REAL, VCL_STRING,
 };
-use super::{arg_bytes, arg_str, guard, slot_of, Ctx};
+use super::ctx::{slot_of, Ctx};
+use super::{arg_bytes, arg_str, guard};
 use crate::config::{DbArgs, Secret, SentinelArgs};
 use crate::database::Database;
 use crate::protocol::{Reply, ReplyKind};
@@ -25,21 +33,26 @@ type DbObject = Arc<Database>;
 /// # Safety
 /// `obj` is NULL or a pointer made by `vmod_db__init`.
 unsafe fn object<'a>(obj: *mut vmod_redis_db) -> Option<&'a DbObject> {
-    (obj as *const DbObject).as_ref()
+    // SAFETY: NULL or a Box<DbObject> leaked by vmod_db__init, freed only
+    // by vmod_db__fini (after the last call on the object).
+    unsafe { obj.cast_const().cast::<DbObject>().as_ref() }
 }
 
 /// The database a proxied function names (or the default one).
 ///
 /// # Safety
-/// The PRIV pointers are the ones varnishd passed to the call.
+/// The PRIV pointers and `db` are the ones varnishd passed to the call.
 unsafe fn proxied(
     ctx: &Ctx,
     priv_vcl: *mut vmod_priv,
     priv_task: *mut vmod_priv,
     db: VCL_STRING,
 ) -> Option<DbObject> {
-    let vcl = slot_of::<VclState>(priv_vcl)?;
-    vcl::resolve(ctx, vcl, slot_of::<TaskState>(priv_task), arg_bytes(db))
+    // SAFETY: the caller's contract.
+    unsafe {
+        let vcl = slot_of::<VclState>(priv_vcl)?;
+        vcl::resolve(ctx, vcl, slot_of::<TaskState>(priv_task), arg_bytes(db))
+    }
 }
 
 fn vcl_bool(value: bool) -> VCL_BOOL {
@@ -58,10 +71,13 @@ macro_rules! entry {
             obj: *mut vmod_redis_db,
             $($arg: $ty,)* $($($after: $aty,)*)?
         ) -> $ret {
-            guard(ctx, $fallback, |$ctx| match object(obj) {
-                Some($db) => $body,
-                None => $fallback,
-            })
+            // SAFETY: the contract (module doc) for ctx, obj and the arguments.
+            unsafe {
+                guard(ctx, $fallback, |$ctx| match object(obj) {
+                    Some($db) => $body,
+                    None => $fallback,
+                })
+            }
         }
 
         #[no_mangle]
@@ -73,13 +89,17 @@ macro_rules! entry {
             db: VCL_STRING,
             $($($after: $aty,)*)?
         ) -> $ret {
-            guard(ctx, $fallback, |$ctx| match proxied($ctx, priv_vcl, priv_task, db) {
-                Some(found) => {
-                    let $db = &found;
-                    $body
-                }
-                None => $fallback,
-            })
+            // SAFETY: the contract (module doc) for ctx, the PRIVs, db and
+            // the arguments.
+            unsafe {
+                guard(ctx, $fallback, |$ctx| match proxied($ctx, priv_vcl, priv_task, db) {
+                    Some(found) => {
+                        let $db = &found;
+                        $body
+                    }
+                    None => $fallback,
+                })
+            }
         }
     };
 }
@@ -102,19 +122,22 @@ pub unsafe extern "C" fn vmod_event_function(
     priv_vcl: *mut vmod_priv,
     event: vcl_event_e,
 ) -> c_int {
-    guard(ctx, 0, |_ctx| {
-        // Before any connect (VCL_EVENT_LOAD comes before vcl_init).
-        crate::connection::lookup::set_before_first_thread(super::pin_module);
-        if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
-            match event {
-                vcl_event_e::VCL_EVENT_WARM => vcl::warm(vcl),
-                vcl_event_e::VCL_EVENT_COLD => vcl::cold(vcl),
-                vcl_event_e::VCL_EVENT_DISCARD => vcl::discard(vcl),
-                _ => {}
+    // SAFETY: the contract (module doc) for ctx and priv_vcl.
+    unsafe {
+        guard(ctx, 0, |_ctx| {
+            // Before any connect (VCL_EVENT_LOAD comes before vcl_init).
+            crate::connection::lookup::set_before_first_thread(super::pin_module);
+            if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
+                match event {
+                    vcl_event_e::VCL_EVENT_WARM => vcl::warm(vcl),
+                    vcl_event_e::VCL_EVENT_COLD => vcl::cold(vcl),
+                    vcl_event_e::VCL_EVENT_DISCARD => vcl::discard(vcl),
+                    _ => {}
+                }
             }
-        }
-        0
-    })
+            0
+        })
+    }
 }
 
 #[no_mangle]
@@ -123,15 +146,18 @@ pub unsafe extern "C" fn vmod_subnets(
     priv_vcl: *mut vmod_priv,
     masks: VCL_STRING,
 ) {
-    guard(ctx, (), |ctx| {
-        if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
-            vcl::subnets(ctx, vcl, &arg_str(masks));
-        }
-    })
+    // SAFETY: the contract (module doc) for ctx, priv_vcl and masks.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
+                vcl::subnets(ctx, vcl, &arg_str(masks));
+            }
+        })
+    }
 }
 
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one per argument in vmod.vcc")]
 pub unsafe extern "C" fn vmod_sentinels(
     ctx: *const vrt_ctx,
     priv_vcl: *mut vmod_priv,
@@ -149,31 +175,34 @@ pub unsafe extern "C" fn vmod_sentinels(
     password: VCL_STRING,
     discover: VCL_BOOL,
 ) {
-    guard(ctx, (), |ctx| {
-        let Some(vcl) = slot_of::<VclState>(priv_vcl) else {
-            return;
-        };
-        let (locations, protocol) = (arg_str(locations), arg_str(protocol));
-        let (tls_cafile, tls_capath) = (arg_str(tls_cafile), arg_str(tls_capath));
-        let (tls_certfile, tls_keyfile) = (arg_str(tls_certfile), arg_str(tls_keyfile));
-        let (tls_sni, password) = (arg_str(tls_sni), arg_str(password));
-        let args = SentinelArgs {
-            locations: &locations,
-            period,
-            connection_timeout,
-            command_timeout,
-            protocol: &protocol,
-            tls: tls != 0,
-            tls_cafile: &tls_cafile,
-            tls_capath: &tls_capath,
-            tls_certfile: &tls_certfile,
-            tls_keyfile: &tls_keyfile,
-            tls_sni: &tls_sni,
-            password: Secret(&password),
-            discover: discover != 0,
-        };
-        vcl::sentinels(ctx, vcl, &args);
-    })
+    // SAFETY: the contract (module doc) for ctx, priv_vcl and the STRING / ENUM arguments.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            let Some(vcl) = slot_of::<VclState>(priv_vcl) else {
+                return;
+            };
+            let (locations, protocol) = (arg_str(locations), arg_str(protocol));
+            let (tls_cafile, tls_capath) = (arg_str(tls_cafile), arg_str(tls_capath));
+            let (tls_certfile, tls_keyfile) = (arg_str(tls_certfile), arg_str(tls_keyfile));
+            let (tls_sni, password) = (arg_str(tls_sni), arg_str(password));
+            let args = SentinelArgs {
+                locations: &locations,
+                period,
+                connection_timeout,
+                command_timeout,
+                protocol: &protocol,
+                tls: tls != 0,
+                tls_cafile: &tls_cafile,
+                tls_capath: &tls_capath,
+                tls_certfile: &tls_certfile,
+                tls_keyfile: &tls_keyfile,
+                tls_sni: &tls_sni,
+                password: Secret(&password),
+                discover: discover != 0,
+            };
+            vcl::sentinels(ctx, vcl, &args);
+        })
+    }
 }
 
 #[no_mangle]
@@ -183,15 +212,18 @@ pub unsafe extern "C" fn vmod_use(
     priv_task: *mut vmod_priv,
     db: VCL_STRING,
 ) {
-    guard(ctx, (), |ctx| {
-        if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
-            vcl::use_db(ctx, vcl, slot_of::<TaskState>(priv_task), arg_bytes(db));
-        }
-    })
+    // SAFETY: the contract (module doc) for ctx, the PRIVs and db.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
+                vcl::use_db(ctx, vcl, slot_of::<TaskState>(priv_task), arg_bytes(db));
+            }
+        })
+    }
 }
 
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one per argument in vmod.vcc")]
 pub unsafe extern "C" fn vmod_db__init(
     ctx: *const vrt_ctx,
     out: *mut *mut vmod_redis_db,
@@ -220,49 +252,57 @@ pub unsafe extern "C" fn vmod_db__init(
     debug: VCL_BOOL,
     pipelining: VCL_BOOL,
 ) {
-    guard(ctx, (), |ctx| {
-        let (Some(out), Some(vcl)) = (out.as_mut(), slot_of::<VclState>(priv_vcl)) else {
-            ctx.fail("[REDIS] db: called without an object or PRIV_VCL slot");
-            return;
-        };
-        *out = ptr::null_mut();
-        let args = DbArgs {
-            location: &arg_str(location),
-            role: &arg_str(role),
-            connection_timeout,
-            connection_ttl,
-            command_timeout,
-            max_command_retries,
-            shared_connections: shared_connections != 0,
-            max_connections,
-            protocol: &arg_str(protocol),
-            tls: tls != 0,
-            tls_cafile: &arg_str(tls_cafile),
-            tls_capath: &arg_str(tls_capath),
-            tls_certfile: &arg_str(tls_certfile),
-            tls_keyfile: &arg_str(tls_keyfile),
-            tls_sni: &arg_str(tls_sni),
-            user: &arg_str(user),
-            password: Secret(&arg_str(password)),
-            sickness_ttl,
-            ignore_slaves: ignore_slaves != 0,
-            max_cluster_hops,
-            debug: debug != 0,
-            pipelining: pipelining != 0,
-        };
-        if let Some(db) = vcl::db_new(ctx, vcl, &arg_str(vcl_name), &args) {
-            *out = Box::into_raw(Box::new(db)) as *mut vmod_redis_db;
-        }
-    })
+    // SAFETY: the contract for ctx, priv_vcl and the STRINGs; `out` is the new object's slot.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            let (Some(out), Some(vcl)) = (out.as_mut(), slot_of::<VclState>(priv_vcl)) else {
+                ctx.fail("[REDIS] db: called without an object or PRIV_VCL slot");
+                return;
+            };
+            *out = ptr::null_mut();
+            let args = DbArgs {
+                location: &arg_str(location),
+                role: &arg_str(role),
+                connection_timeout,
+                connection_ttl,
+                command_timeout,
+                max_command_retries,
+                shared_connections: shared_connections != 0,
+                max_connections,
+                protocol: &arg_str(protocol),
+                tls: tls != 0,
+                tls_cafile: &arg_str(tls_cafile),
+                tls_capath: &arg_str(tls_capath),
+                tls_certfile: &arg_str(tls_certfile),
+                tls_keyfile: &arg_str(tls_keyfile),
+                tls_sni: &arg_str(tls_sni),
+                user: &arg_str(user),
+                password: Secret(&arg_str(password)),
+                sickness_ttl,
+                ignore_slaves: ignore_slaves != 0,
+                max_cluster_hops,
+                debug: debug != 0,
+                pipelining: pipelining != 0,
+            };
+            if let Some(db) = vcl::db_new(ctx, vcl, &arg_str(vcl_name), &args) {
+                *out = Box::into_raw(Box::new(db)).cast::<vmod_redis_db>();
+            }
+        })
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vmod_db__fini(objp: *mut *mut vmod_redis_db) {
-    let Some(slot) = objp.as_mut() else { return };
-    let obj = std::mem::replace(slot, ptr::null_mut()) as *mut DbObject;
-    if !obj.is_null() {
-        // Dropping closes connections and pool threads; never unwind into C.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(Box::from_raw(obj))));
+    // SAFETY: varnishd passes the slot vmod_db__init wrote, once, after the
+    // object's last call (so the Box is ours to free, and only here).
+    unsafe {
+        let Some(slot) = objp.as_mut() else { return };
+        let obj = std::mem::replace(slot, ptr::null_mut()).cast::<DbObject>();
+        if !obj.is_null() {
+            // Dropping closes connections and pool threads; never unwind into C.
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(Box::from_raw(obj))));
+        }
     }
 }
 
@@ -273,11 +313,14 @@ pub unsafe extern "C" fn vmod_db_add_server(
     location: VCL_STRING,
     role: VCL_ENUM,
 ) {
-    guard(ctx, (), |ctx| {
-        if let Some(db) = object(obj) {
-            vcl::add_server(ctx, db, &arg_str(location), &arg_str(role));
-        }
-    })
+    // SAFETY: the contract (module doc) for ctx, obj, location and role.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(db) = object(obj) {
+                vcl::add_server(ctx, db, &arg_str(location), &arg_str(role));
+            }
+        })
+    }
 }
 
 #[no_mangle]
@@ -289,11 +332,14 @@ pub unsafe extern "C" fn vmod_add_server(
     role: VCL_ENUM,
     db: VCL_STRING,
 ) {
-    guard(ctx, (), |ctx| {
-        if let Some(db) = proxied(ctx, priv_vcl, priv_task, db) {
-            vcl::add_server(ctx, &db, &arg_str(location), &arg_str(role));
-        }
-    })
+    // SAFETY: the contract (module doc) for ctx, the PRIVs, location, role and db.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(db) = proxied(ctx, priv_vcl, priv_task, db) {
+                vcl::add_server(ctx, &db, &arg_str(location), &arg_str(role));
+            }
+        })
+    }
 }
 
 // ---- building and running a command -----------------------------------
@@ -325,35 +371,38 @@ unsafe fn easy_execute(
     db: &DbObject,
     args: &super::bindings::arg_vmod_redis_db_easy_execute,
 ) {
-    let given = easy_args!(
-        args,
-        valid_cmd_arg1 / cmd_arg1,
-        valid_cmd_arg2 / cmd_arg2,
-        valid_cmd_arg3 / cmd_arg3,
-        valid_cmd_arg4 / cmd_arg4,
-        valid_cmd_arg5 / cmd_arg5,
-        valid_cmd_arg6 / cmd_arg6,
-        valid_cmd_arg7 / cmd_arg7,
-        valid_cmd_arg8 / cmd_arg8,
-        valid_cmd_arg9 / cmd_arg9,
-        valid_cmd_arg10 / cmd_arg10,
-        valid_cmd_arg11 / cmd_arg11,
-        valid_cmd_arg12 / cmd_arg12,
-        valid_cmd_arg13 / cmd_arg13,
-        valid_cmd_arg14 / cmd_arg14,
-        valid_cmd_arg15 / cmd_arg15,
-        valid_cmd_arg16 / cmd_arg16
-    );
-    let pushed: Vec<&[u8]> = given.into_iter().flatten().collect();
-    vcl::easy_execute(
-        ctx,
-        db,
-        arg_bytes(args.command),
-        &pushed,
-        (args.valid_timeout != 0).then_some(args.timeout),
-        (args.valid_retries != 0).then_some(args.retries),
-        args.master != 0,
-    );
+    // SAFETY: the caller's contract (the STRINGs of `args`).
+    unsafe {
+        let given = easy_args!(
+            args,
+            valid_cmd_arg1 / cmd_arg1,
+            valid_cmd_arg2 / cmd_arg2,
+            valid_cmd_arg3 / cmd_arg3,
+            valid_cmd_arg4 / cmd_arg4,
+            valid_cmd_arg5 / cmd_arg5,
+            valid_cmd_arg6 / cmd_arg6,
+            valid_cmd_arg7 / cmd_arg7,
+            valid_cmd_arg8 / cmd_arg8,
+            valid_cmd_arg9 / cmd_arg9,
+            valid_cmd_arg10 / cmd_arg10,
+            valid_cmd_arg11 / cmd_arg11,
+            valid_cmd_arg12 / cmd_arg12,
+            valid_cmd_arg13 / cmd_arg13,
+            valid_cmd_arg14 / cmd_arg14,
+            valid_cmd_arg15 / cmd_arg15,
+            valid_cmd_arg16 / cmd_arg16
+        );
+        let pushed: Vec<&[u8]> = given.into_iter().flatten().collect();
+        vcl::easy_execute(
+            ctx,
+            db,
+            arg_bytes(args.command),
+            &pushed,
+            (args.valid_timeout != 0).then_some(args.timeout),
+            (args.valid_retries != 0).then_some(args.retries),
+            args.master != 0,
+        );
+    }
 }
 
 #[no_mangle]
@@ -362,11 +411,14 @@ pub unsafe extern "C" fn vmod_db_easy_execute(
     obj: *mut vmod_redis_db,
     args: *mut super::bindings::arg_vmod_redis_db_easy_execute,
 ) {
-    guard(ctx, (), |ctx| {
-        if let (Some(db), Some(args)) = (object(obj), args.as_ref()) {
-            easy_execute(ctx, db, args);
-        }
-    })
+    // SAFETY: the contract for ctx and obj; `args` is vcc_if.h's struct, STRINGs as the contract's.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let (Some(db), Some(args)) = (object(obj), args.as_ref()) {
+                easy_execute(ctx, db, args);
+            }
+        })
+    }
 }
 
 #[no_mangle]
@@ -374,53 +426,56 @@ pub unsafe extern "C" fn vmod_easy_execute(
     ctx: *const vrt_ctx,
     args: *mut super::bindings::arg_vmod_redis_easy_execute,
 ) {
-    guard(ctx, (), |ctx| {
-        let Some(args) = args.as_ref() else { return };
-        if let Some(db) = proxied(ctx, args.arg1, args.arg2, args.db) {
-            // Same layout minus the PRIVs and db: copy into the method's struct.
-            let method_args = super::bindings::arg_vmod_redis_db_easy_execute {
-                valid_cmd_arg1: args.valid_cmd_arg1,
-                valid_cmd_arg2: args.valid_cmd_arg2,
-                valid_cmd_arg3: args.valid_cmd_arg3,
-                valid_cmd_arg4: args.valid_cmd_arg4,
-                valid_cmd_arg5: args.valid_cmd_arg5,
-                valid_cmd_arg6: args.valid_cmd_arg6,
-                valid_cmd_arg7: args.valid_cmd_arg7,
-                valid_cmd_arg8: args.valid_cmd_arg8,
-                valid_cmd_arg9: args.valid_cmd_arg9,
-                valid_cmd_arg10: args.valid_cmd_arg10,
-                valid_cmd_arg11: args.valid_cmd_arg11,
-                valid_cmd_arg12: args.valid_cmd_arg12,
-                valid_cmd_arg13: args.valid_cmd_arg13,
-                valid_cmd_arg14: args.valid_cmd_arg14,
-                valid_cmd_arg15: args.valid_cmd_arg15,
-                valid_cmd_arg16: args.valid_cmd_arg16,
-                valid_timeout: args.valid_timeout,
-                valid_retries: args.valid_retries,
-                command: args.command,
-                cmd_arg1: args.cmd_arg1,
-                cmd_arg2: args.cmd_arg2,
-                cmd_arg3: args.cmd_arg3,
-                cmd_arg4: args.cmd_arg4,
-                cmd_arg5: args.cmd_arg5,
-                cmd_arg6: args.cmd_arg6,
-                cmd_arg7: args.cmd_arg7,
-                cmd_arg8: args.cmd_arg8,
-                cmd_arg9: args.cmd_arg9,
-                cmd_arg10: args.cmd_arg10,
-                cmd_arg11: args.cmd_arg11,
-                cmd_arg12: args.cmd_arg12,
-                cmd_arg13: args.cmd_arg13,
-                cmd_arg14: args.cmd_arg14,
-                cmd_arg15: args.cmd_arg15,
-                cmd_arg16: args.cmd_arg16,
-                timeout: args.timeout,
-                retries: args.retries,
-                master: args.master,
-            };
-            easy_execute(ctx, &db, &method_args);
-        }
-    })
+    // SAFETY: the contract for ctx; `args` is vcc_if.h's struct, its PRIVs and STRINGs as the contract's.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            let Some(args) = args.as_ref() else { return };
+            if let Some(db) = proxied(ctx, args.arg1, args.arg2, args.db) {
+                // Same layout minus the PRIVs and db: copy into the method's struct.
+                let method_args = super::bindings::arg_vmod_redis_db_easy_execute {
+                    valid_cmd_arg1: args.valid_cmd_arg1,
+                    valid_cmd_arg2: args.valid_cmd_arg2,
+                    valid_cmd_arg3: args.valid_cmd_arg3,
+                    valid_cmd_arg4: args.valid_cmd_arg4,
+                    valid_cmd_arg5: args.valid_cmd_arg5,
+                    valid_cmd_arg6: args.valid_cmd_arg6,
+                    valid_cmd_arg7: args.valid_cmd_arg7,
+                    valid_cmd_arg8: args.valid_cmd_arg8,
+                    valid_cmd_arg9: args.valid_cmd_arg9,
+                    valid_cmd_arg10: args.valid_cmd_arg10,
+                    valid_cmd_arg11: args.valid_cmd_arg11,
+                    valid_cmd_arg12: args.valid_cmd_arg12,
+                    valid_cmd_arg13: args.valid_cmd_arg13,
+                    valid_cmd_arg14: args.valid_cmd_arg14,
+                    valid_cmd_arg15: args.valid_cmd_arg15,
+                    valid_cmd_arg16: args.valid_cmd_arg16,
+                    valid_timeout: args.valid_timeout,
+                    valid_retries: args.valid_retries,
+                    command: args.command,
+                    cmd_arg1: args.cmd_arg1,
+                    cmd_arg2: args.cmd_arg2,
+                    cmd_arg3: args.cmd_arg3,
+                    cmd_arg4: args.cmd_arg4,
+                    cmd_arg5: args.cmd_arg5,
+                    cmd_arg6: args.cmd_arg6,
+                    cmd_arg7: args.cmd_arg7,
+                    cmd_arg8: args.cmd_arg8,
+                    cmd_arg9: args.cmd_arg9,
+                    cmd_arg10: args.cmd_arg10,
+                    cmd_arg11: args.cmd_arg11,
+                    cmd_arg12: args.cmd_arg12,
+                    cmd_arg13: args.cmd_arg13,
+                    cmd_arg14: args.cmd_arg14,
+                    cmd_arg15: args.cmd_arg15,
+                    cmd_arg16: args.cmd_arg16,
+                    timeout: args.timeout,
+                    retries: args.retries,
+                    master: args.master,
+                };
+                easy_execute(ctx, &db, &method_args);
+            }
+        })
+    }
 }
 
 // ---- reply readers ------------------------------------------------------
@@ -434,7 +489,8 @@ fn is_kind(reply: Option<&Reply>, kind: ReplyKind) -> VCL_BOOL {
 /// # Safety
 /// `path` is a VCL STRING argument.
 unsafe fn element(reply: Option<&Reply>, index: VCL_INT, path: VCL_STRING) -> Option<&Reply> {
-    reply?.element(index, &arg_str(path))
+    // SAFETY: the caller's contract.
+    reply?.element(index, &unsafe { arg_str(path) })
 }
 
 fn text_copy(ctx: &Ctx, text: Option<&[u8]>) -> VCL_STRING {

@@ -6,7 +6,8 @@ use std::ffi::CStr;
 use std::ptr;
 use std::sync::atomic::AtomicU64;
 
-use super::{bindings, c_text, Ctx};
+use super::bindings;
+use super::ctx::{c_text, Ctx};
 use crate::stats::{Counter, CounterMemory};
 
 // The generated struct is one uint64_t per counter, in Counter::ALL order
@@ -15,7 +16,7 @@ const _: () = assert!(
     std::mem::size_of::<bindings::VSC_redis>() == Counter::COUNT * std::mem::size_of::<u64>()
 );
 
-pub(crate) struct Segment {
+struct Segment {
     seg: *mut bindings::vsc_seg,
     cells: *const [AtomicU64; Counter::COUNT],
 }
@@ -23,12 +24,20 @@ pub(crate) struct Segment {
 // SAFETY: the cells are atomics in shared memory that lives until Drop;
 // `seg` is only handed to VRT_VSC_* functions, which lock inside varnishd.
 unsafe impl Send for Segment {}
+// SAFETY: as for Send.
 unsafe impl Sync for Segment {}
+
+/// The varnishstat segment `REDIS.<vcl>.<object>` for a database object
+/// being created in vcl_init (hidden until the VCL is warm); `None`
+/// outside a VCL.
+pub(crate) fn counter_segment(ctx: &Ctx, object: &str) -> Option<Box<dyn CounterMemory>> {
+    Segment::new(ctx, object).map(|s| -> Box<dyn CounterMemory> { Box::new(s) })
+}
 
 impl Segment {
     /// Allocates `REDIS.<vcl>.<object>`, hidden until the VCL turns warm
     /// (as Varnish hides its backends' counters while their VCL is cold).
-    pub(crate) fn new(ctx: &Ctx, object: &str) -> Option<Segment> {
+    fn new(ctx: &Ctx, object: &str) -> Option<Segment> {
         // SAFETY: ctx.raw.vcl is the VCL being loaded (or NULL outside
         // one); VCL_Name returns its NUL-terminated name.
         let vcl = unsafe {

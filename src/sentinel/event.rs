@@ -35,6 +35,7 @@ pub(crate) enum Event {
 /// the failover (the other replicas reconfigured, or `failover-timeout`):
 /// writes sent in between would go to the old master and be lost when it
 /// is turned into a replica.
+#[cfg(not(test))] // As the thread (monitor.rs): left out of unit tests.
 pub(crate) const PATTERNS: [&str; 6] = [
     "+sdown",
     "-sdown",

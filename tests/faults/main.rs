@@ -125,7 +125,10 @@ mod load;
 mod pool_exhaustion;
 mod procs;
 mod redis;
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "shared with the vtc harness, which uses more of it"
+)]
 #[path = "../support/sentinel.rs"]
 mod sentinel;
 mod sentinel_failover;

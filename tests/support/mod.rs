@@ -13,7 +13,7 @@
 //!
 //! Messages are prefixed with the target's name (`vtc`, `faults`, `system`).
 //! Each target uses a subset of this module.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each target uses a subset of this module")]
 
 use std::ffi::OsString;
 use std::fs;
@@ -29,10 +29,9 @@ use std::time::{Duration, Instant};
 
 mod http;
 mod resp;
-// Each target uses a subset.
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each target uses a subset")]
 pub use http::{HttpConn, HttpResponse};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each target uses a subset")]
 pub use resp::{read_value, Resp};
 
 pub type Res<T> = Result<T, String>;
@@ -79,6 +78,7 @@ pub fn alive(pid: i32) -> bool {
     })
 }
 
+#[allow(unsafe_code, reason = "libc::kill; std has no way to signal a PID")]
 pub fn signal(pid: i32, sig: i32) {
     if pid > 0 {
         // SAFETY: kill(2) on a PID this process started; no memory involved.

@@ -97,3 +97,56 @@ fn a_server_that_refuses_info_leaves_the_model_and_serves_the_command() {
         "one INFO, refused: {stats}"
     );
 }
+
+/// A server that accepts connections and never answers (frozen: a long
+/// script, `DEBUG SLEEP`, a stalled proxy).
+fn silent_server() -> String {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in silent.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
+            let _ = conn.read(&mut buf);
+            held.push(conn);
+        }
+    });
+    location
+}
+
+/// Reading the table is bounded as one request of the command, not as
+/// its whole execution: against a frozen server, an unknown command fails
+/// about as soon as a known one (3 attempts of 100 ms), not after
+/// `(connection_timeout + command_timeout) x (1 + retries)` = 3.3 s.
+#[test]
+fn learning_waits_no_longer_than_a_request_of_the_command() {
+    let location = silent_server();
+    let db = |location: &str| {
+        let args = DbArgs {
+            location,
+            role: "master",
+            command_timeout: 100,
+            max_command_retries: 2,
+            ..DbArgs::default()
+        };
+        Database::new("db", DbConfig::from_args(&args).expect("valid config")).expect("database")
+    };
+    let timed = |args: &[&str]| {
+        let db = db(&location);
+        let started = Instant::now();
+        let result = run(&db, args);
+        (result, started.elapsed())
+    };
+    let (known, known_took) = timed(&["GET", "k"]);
+    assert!(matches!(known, Err(Error::Timeout { .. })), "{known:?}");
+    let (unknown, unknown_took) = timed(&["NOSUCHCOMMAND", "k"]);
+    assert!(matches!(unknown, Err(Error::Timeout { .. })), "{unknown:?}");
+    assert!(
+        unknown_took < known_took + Duration::from_millis(200),
+        "an unknown command waited {unknown_took:?}, a known one {known_took:?}"
+    );
+}
