@@ -7,13 +7,13 @@
 //! ```
 //!
 //! * `command/*`: RESP packing of the commands the seeds send
-//!   (src/command.rs), `EVAL` rewritten as `EVALSHA` (SHA-1 included).
+//!   (src/protocol/command.rs), `EVAL` rewritten as `EVALSHA` (SHA-1 included).
 //! * `commands/*`: the command model's lookup and decisions
 //!   (src/commands/): `decide_*` is what each command pays on the
 //!   standalone path, `slot_*` the key extraction of a cluster command.
 //! * `reply/*`: RESP parsing straight into a `Reply` (`resp::scan` +
-//!   `resp::build`, src/connection/resp.rs) and `Reply::text()`
-//!   (src/reply.rs).
+//!   `resp::build`, src/protocol/resp.rs) and `Reply::text()`
+//!   (src/protocol/reply.rs).
 //! * `stats/*`: one counter bump through `Stats` vs on a bare atomic.
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port; the launcher
@@ -40,13 +40,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use vmod_redis::command::Command;
 use vmod_redis::config::{DbArgs, DbConfig, Location, Protocol};
 use vmod_redis::connection::private::{Owner, PrivateConnections};
 use vmod_redis::connection::shared::SharedPool;
-use vmod_redis::connection::{resp, Connector};
+use vmod_redis::connection::Connector;
 use vmod_redis::database::{Database, TaskConnection};
-use vmod_redis::reply::Reply;
+use vmod_redis::protocol::resp;
+use vmod_redis::protocol::Command;
+use vmod_redis::protocol::Reply;
 use vmod_redis::stats::Stats;
 
 // The launcher of the test harnesses; the bench uses a part of it.
@@ -229,7 +230,6 @@ fn connector(sock: &Path) -> Connector {
         Some(Duration::from_secs(1)),
         None,
     )
-    .expect("connector")
 }
 
 /// How the benchmarked database keeps its connections.

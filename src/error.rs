@@ -1,5 +1,6 @@
 //! Errors of command execution and set-up, as the VCL log shows them.
 use crate::config::ConfigError;
+use crate::connection::{ConnectError, Failure, PoolError, PoolTimeout};
 
 /// Why a command (or a database) failed. The text goes to VSL after
 /// `[REDIS] db <name>`, so it names the server and what happened.
@@ -7,22 +8,14 @@ use crate::config::ConfigError;
 pub enum Error {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error("cannot connect to {server}: {detail}")]
-    Connect { server: String, detail: String },
+    #[error("{0}")]
+    Connect(#[from] ConnectError),
     #[error("not connecting to {server} for {retry_in_ms} ms more: the last attempt failed")]
     Backoff { server: String, retry_in_ms: u128 },
-    #[error("no connection to {server} within {waited_ms} ms (pool of {pool_size}): {detail}")]
-    PoolTimeout {
-        server: String,
-        waited_ms: u128,
-        pool_size: u32,
-        detail: String,
-    },
+    #[error("{0}")]
+    PoolTimeout(#[from] PoolTimeout),
     #[error("I/O error on {server}: {source}")]
-    Io {
-        server: String,
-        source: crate::connection::Failure,
-    },
+    Io { server: String, source: Failure },
     #[error("timeout after {timeout_ms} ms waiting for {server}")]
     Timeout { server: String, timeout_ms: u128 },
     #[error("no {role} server available")]
@@ -46,6 +39,16 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A shared pool's refresh gives an [`Error`] already.
+impl From<PoolError<Error>> for Error {
+    fn from(err: PoolError<Error>) -> Self {
+        match err {
+            PoolError::Timeout(timeout) => timeout.into(),
+            PoolError::Refresh(err) => err,
+        }
+    }
+}
 
 /// What a server's error reply means for the command that got it, read
 /// once from the reply's first word (`MOVED 3999 127.0.0.1:6381`,
@@ -125,9 +128,9 @@ impl ServerError {
 
     /// The kind of `reply` if it is an error reply: one match, nothing
     /// read, for any other reply.
-    pub(crate) fn of_reply(reply: &crate::reply::Reply) -> Option<ServerError> {
+    pub(crate) fn of_reply(reply: &crate::protocol::Reply) -> Option<ServerError> {
         match reply {
-            crate::reply::Reply::Error(text) => Some(ServerError::of(text)),
+            crate::protocol::Reply::Error(text) => Some(ServerError::of(text)),
             _ => None,
         }
     }
@@ -147,7 +150,7 @@ impl ServerError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reply::Reply;
+    use crate::protocol::Reply;
 
     #[test]
     fn error_replies_are_read_by_their_first_word() {

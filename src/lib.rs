@@ -8,22 +8,22 @@
 //!   (execution along the plan, retries), `routing` (the execution plan),
 //!   `topology` (a database's servers as a snapshot), `cluster` (slots,
 //!   keys, slot map and redirections of Redis Cluster), [`connection`]
-//!   (private / shared),
-//!   [`command`], [`session`] (connection state per command), [`reply`],
-//!   [`stats`], `sentinel` (what Sentinel says, and the thread that listens).
+//!   (private / shared / pipelined), [`protocol`] (command packing, the
+//!   RESP parser, replies: no I/O), `session` (connection state per
+//!   command), [`stats`], `sentinel` (what Sentinel says, and the thread
+//!   that listens).
 
 // The VMOD runs inside varnishd's child: what it has to say goes to VSL
 // (ffi::ctx), not to stdout or stderr. Tests and harnesses may print.
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod cluster;
-pub mod command;
 pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod database;
 pub mod error;
-pub mod reply;
+pub mod protocol;
 mod routing;
 mod sentinel;
 pub mod server;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::config::Role;
 use crate::connection::shared::SharedPool;
 use crate::connection::Connector;
-use crate::reply::Reply;
+use crate::protocol::Reply;
 
 /// When a server last failed (connect or I/O error), as microseconds since
 /// `epoch` (0: never). Atomics: every worker reads it on every command.

@@ -6,7 +6,7 @@
 //! `SELECT` would make it read another database. What each command does
 //! ([`Effect`]) is decided by the command model (`src/commands/`).
 use crate::commands::Effect;
-use crate::reply::Reply;
+use crate::protocol::Reply;
 
 /// What a task has left on the connection it keeps (pinned): an open
 /// transaction, or a changed state. The connection stays with the task

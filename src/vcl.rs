@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::command::Command;
 use crate::config::{
     redact_credentials, DbArgs, DbConfig, Location, Role, SentinelArgs, SentinelConfig, Subnets,
 };
@@ -17,7 +16,7 @@ use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::ctx::{log_global, Ctx, LogTag};
 use crate::ffi::vsc::counter_segment;
-use crate::reply::Reply;
+use crate::protocol::{Command, Reply};
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 

@@ -4,7 +4,7 @@
 //! then turned into indexes of the database's servers.
 use super::slot::SLOTS;
 use crate::config::Location;
-use crate::reply::Reply;
+use crate::protocol::Reply;
 
 /// In [`SlotMap::slots`]: no shard serves the slot (the cluster is being
 /// built or resharded).

@@ -279,7 +279,7 @@ pub(crate) fn rule(name: &[u8]) -> Option<Rule> {
 /// The fallback's commands, read from the committed capture.
 pub(crate) fn fallback() -> Vec<Described> {
     const FALLBACK: &[u8] = include_bytes!("fallback.resp");
-    let reply = crate::connection::resp::build(FALLBACK).expect("fallback.resp is valid RESP");
+    let reply = crate::protocol::resp::build(FALLBACK).expect("fallback.resp is valid RESP");
     parse_command_reply(&reply).expect("fallback.resp is a COMMAND reply")
 }
 

@@ -4,7 +4,7 @@
 //! master. Keys and slots are in `keys.rs`.
 use super::builtin::{Blocking, Effect};
 use super::model::Found;
-use crate::command::Command;
+use crate::protocol::Command;
 
 /// Why a command is refused when nothing bounds its wait.
 pub(crate) const WAITS_FOREVER: &str = "it may block for ever (a blocking command with no timeout \

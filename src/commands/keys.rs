@@ -8,7 +8,7 @@ use super::builtin::KeyRule;
 use super::model::{Entry, Found};
 use super::parse::{BeginSearch, FindKeys, KeySpec};
 use crate::cluster::key_slot;
-use crate::command::Command;
+use crate::protocol::Command;
 
 /// Redis's own error, sent here without a round trip.
 pub(crate) const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";

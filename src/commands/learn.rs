@@ -37,9 +37,9 @@ use std::time::Instant;
 
 use super::model::{Found, Model};
 use super::parse::parse_command_reply;
-use crate::command::Command;
 use crate::connection::{Connection, Failure};
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::server::Server;
 
 /// Distinct server versions one process keeps a model of; cell 0 is the

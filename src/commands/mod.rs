@@ -29,7 +29,7 @@ pub(crate) use model::Found;
 /// connection): for `benches/micro.rs` (`commands/*`), which measures
 /// what the model costs each command.
 #[doc(hidden)]
-pub fn decide_for_bench(command: &crate::command::Command) -> bool {
+pub fn decide_for_bench(command: &crate::protocol::Command) -> bool {
     let found = bench_commands().find(command);
     found.effect() == Effect::None && !found.waits_forever(command) && found.shares(command)
 }
@@ -37,7 +37,7 @@ pub fn decide_for_bench(command: &crate::command::Command) -> bool {
 /// The cluster slot of `command` on the fallback model: for
 /// `benches/micro.rs`.
 #[doc(hidden)]
-pub fn slot_for_bench(command: &crate::command::Command) -> Option<u16> {
+pub fn slot_for_bench(command: &crate::protocol::Command) -> Option<u16> {
     bench_commands().find(command).slot(command).ok().flatten()
 }
 

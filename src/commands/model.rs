@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 
 use super::builtin::{self, Blocking, Effect, KeyRule, Rule};
 use super::parse::{flag, Described, KeySpec};
-use crate::command::Command;
+use crate::protocol::Command;
 
 /// One command or subcommand.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 //! the same shape in RESP2 and RESP3 once read into a [`Reply`] (RESP3
 //! maps and sets arrive as flat arrays). Redis 6 and older give no key
 //! specifications: their first / last / step triple becomes one.
-use crate::reply::Reply;
+use crate::protocol::Reply;
 
 /// The server flags a decision reads (see `decide.rs`); the others are
 /// ignored.
@@ -232,7 +232,7 @@ fn key_spec(reply: &Reply) -> KeySpec {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::connection::resp;
+    use crate::protocol::resp;
 
     pub(crate) const REDIS_70_RESP2: &[u8] = include_bytes!("captures/redis-7.0-resp2.resp");
     pub(crate) const REDIS_70_RESP3: &[u8] = include_bytes!("captures/redis-7.0-resp3.resp");

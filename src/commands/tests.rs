@@ -4,10 +4,10 @@
 use super::model::Model;
 use super::parse::tests::{read, REDIS_70_RESP2, REDIS_70_RESP3};
 use super::*;
-use crate::command::Command;
 use crate::config::{Location, Protocol, Role};
 use crate::connection::{Connection, Connector};
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::server::{Health, Server};
 use crate::stats::Stats;
 use crate::testing::RedisProcess;
@@ -438,8 +438,7 @@ fn connect(redis: &RedisProcess, user: Option<(&str, &str)>, protocol: Protocol)
         protocol,
         None,
         None,
-    )
-    .unwrap();
+    );
     connector.connect(&Stats::default()).unwrap()
 }
 
@@ -498,8 +497,7 @@ fn server(redis: &RedisProcess, user: Option<(&str, &str)>) -> Server {
         Protocol::Default,
         None,
         None,
-    )
-    .unwrap();
+    );
     Server::new(
         7,
         connector,

@@ -23,6 +23,7 @@
 //! or write, fails every request written on the connection at once;
 //! requests queued and not written yet go to a new connection.
 use std::collections::VecDeque;
+use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -31,10 +32,9 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::resp::ProtocolError;
 use super::{Connection, Failure, Limit};
-use crate::error::Error;
-use crate::reply::Reply;
+use crate::protocol::resp::ProtocolError;
+use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
 
 /// One connection shared by many workers, and the requests on it.
@@ -226,9 +226,9 @@ impl Slot {
 
 /// Why a multiplexed request got no reply.
 #[derive(Debug)]
-pub(crate) enum MuxError {
+pub(crate) enum MuxError<E> {
     /// Opening the connection failed (the error of the connect).
-    Connect(Error),
+    Connect(E),
     /// This worker's own write or read failed, and the connection with
     /// it: count it as dropped.
     Failed(Failure),
@@ -408,13 +408,13 @@ impl Multiplexed {
     /// (none: as long as it takes). `refresh` gets the idle connection (or
     /// none) when nothing is in flight on it, and returns it if it is still
     /// good, else a new one; it runs on the worker that drives.
-    pub(crate) fn request(
+    pub(crate) fn request<E: fmt::Display>(
         &self,
         packed: &[u8],
         deadline: Option<Instant>,
         stats: &Stats,
-        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
-    ) -> Result<Reply, MuxError> {
+        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, E>,
+    ) -> Result<Reply, MuxError<E>> {
         let slot = Slot::new(deadline);
         {
             let mut state = self.state.lock();
@@ -458,12 +458,12 @@ impl Multiplexed {
 
     /// Writes what is queued and reads replies, putting each in its place,
     /// until `mine` has its reply; then passes the driving on.
-    fn drive(
+    fn drive<E: fmt::Display>(
         &self,
         mine: &Arc<Slot>,
         stats: &Stats,
-        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, Error>,
-    ) -> Result<Reply, MuxError> {
+        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, E>,
+    ) -> Result<Reply, MuxError<E>> {
         mine.drive.store(false, Ordering::Relaxed);
         let (idle, quiet) = {
             let mut state = self.state.lock();
@@ -566,7 +566,7 @@ impl Multiplexed {
                         if let Err(failure) = routed {
                             // Its own reply was in step (its fence came
                             // back): only the later ones are lost.
-                            self.condemn(&mut state, mine, failure);
+                            self.condemn::<E>(&mut state, mine, failure);
                             drop(state);
                             return mine
                                 .take()
@@ -589,7 +589,7 @@ impl Multiplexed {
     /// Closes the connection (the caller drops it) after `failure`: every
     /// request written on it fails, held replies included; requests not
     /// written yet go to a new connection. Returns `mine`'s error.
-    fn condemn(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> MuxError {
+    fn condemn<E>(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> MuxError<E> {
         let mut mine_failed = None;
         let written = std::mem::take(&mut state.in_flight);
         let requests = written.into_iter().filter_map(|entry| match entry {

@@ -23,8 +23,7 @@ use parking_lot::Mutex;
 
 use super::gate::{Admission, FairGate, Permit};
 use super::multiplexed::Multiplexed;
-use super::Connection;
-use crate::error::Error;
+use super::{Connection, PoolError, PoolTimeout};
 use crate::stats::{Counter, Stats};
 
 /// Most connections a pool holds, whatever `max_connections` says: a
@@ -106,21 +105,20 @@ impl SharedPool {
     /// the most recently used idle connection (if any) and returns it if it
     /// is still good, else a new one. When `refresh` fails, its error is
     /// returned and the worker's place goes to the next one.
-    pub fn get(
+    pub fn get<E>(
         self: &Arc<Self>,
         stats: &Stats,
         deadline: Option<Instant>,
-        refresh: impl FnOnce(Option<Connection>) -> Result<Connection, Error>,
-    ) -> Result<SharedLease, Error> {
+        refresh: impl FnOnce(Option<Connection>) -> Result<Connection, E>,
+    ) -> Result<SharedLease, PoolError<E>> {
         let started = Instant::now();
         let Some((permit, admission)) = self.gate.acquire(deadline) else {
             stats.inc(Counter::WorkersBlocked);
-            return Err(Error::PoolTimeout {
+            return Err(PoolError::Timeout(PoolTimeout {
                 server: self.location.clone(),
                 waited_ms: started.elapsed().as_millis(),
                 pool_size: self.max_size,
-                detail: format!("all {} connections in use", self.max_size),
-            });
+            }));
         };
         if admission == Admission::Waited {
             stats.inc(Counter::WorkersBlocked);
@@ -134,7 +132,7 @@ impl SharedPool {
         if idle.is_some() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         }
-        let conn = refresh(idle)?;
+        let conn = refresh(idle).map_err(PoolError::Refresh)?;
         self.open.fetch_add(1, Ordering::Relaxed);
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {

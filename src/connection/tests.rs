@@ -1,7 +1,16 @@
-//! Connections against real servers: Pub/Sub slices, handshake secrecy,
-//! and every wait ending by its deadline (TLS records trickled, a TLS
-//! handshake trickled, a UNIX connect to a full accept queue).
+//! Connections against real servers: Pub/Sub slices, and every wait
+//! ending by its deadline (TLS records trickled, a TLS handshake trickled,
+//! a UNIX connect to a full accept queue).
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::connector::resolve;
 use super::*;
+use crate::config::{Location, Protocol};
+use crate::protocol::{Command, Reply};
+use crate::stats::Stats;
 
 fn packed(args: &[&[u8]]) -> Vec<u8> {
     let mut command = Command::new(args[0]);
@@ -19,7 +28,7 @@ fn subscribed_connection_receives_messages_between_timeouts() {
     let redis = crate::testing::RedisProcess::start(&[]);
     for protocol in [Protocol::Default, Protocol::Resp3] {
         let location: Location = redis.location().parse().unwrap();
-        let connector = Connector::new(&location, None, None, protocol, None, None).unwrap();
+        let connector = Connector::new(&location, None, None, protocol, None, None);
         let mut conn = connector.connect(&Stats::default()).unwrap();
         let wait = Some(Duration::from_secs(2));
         conn.send(&packed(&[b"PSUBSCRIBE", b"+sw*"]), wait).unwrap();
@@ -44,22 +53,6 @@ fn subscribed_connection_receives_messages_between_timeouts() {
         assert_eq!(items[0], Reply::String(b"pmessage".to_vec()));
         assert_eq!(items[3], Reply::String(b"main a b".to_vec()));
     }
-}
-
-#[test]
-fn server_text_that_may_quote_a_password_is_not_shown() {
-    let hello = "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'default' 'pw' ";
-    assert_eq!(loggable_error(hello), "ERR unknown command 'HELLO'");
-    assert_eq!(loggable_error("WRONGTYPE Operation"), "WRONGTYPE Operation");
-    assert_eq!(
-        refusal(hello),
-        "handshake refused (ERR reply; its text is not shown as it may quote the password)"
-    );
-    assert_eq!(
-        refusal("WRONGPASS invalid username-password pair or user is disabled."),
-        "authentication failed (WRONGPASS reply; its text is not shown as it may quote the password)"
-    );
-    assert!(refusal("'pw' is wrong").starts_with("handshake refused (error reply"));
 }
 
 // ---- every wait ends by its deadline ------------------------------------
@@ -94,7 +87,6 @@ fn tls_connector(files: &Material, addr: &str, connect_timeout: Duration) -> Con
         Some(connect_timeout),
         Some(tls),
     )
-    .expect("connector")
 }
 
 /// A TCP proxy in front of `upstream`: bytes to the server pass as they
@@ -199,9 +191,9 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
     let mux = Multiplexed::default();
     let started = Instant::now();
     let result = mux.request(&get, Some(started + timeout), &stats, &mut |_| {
-        piped.take().ok_or(crate::error::Error::Backoff {
+        piped.take().ok_or(ConnectError {
             server: "test".into(),
-            retry_in_ms: 1,
+            detail: "connected once only".into(),
         })
     });
     let waited = started.elapsed();
@@ -282,8 +274,7 @@ fn a_unix_connect_to_a_full_accept_queue_ends_at_the_connection_timeout() {
             Protocol::Default,
             Some(timeout),
             None,
-        )
-        .unwrap();
+        );
         let started = Instant::now();
         let result = connector.connect(&Stats::default());
         let waited = started.elapsed();
@@ -299,8 +290,7 @@ fn a_unix_connect_to_a_full_accept_queue_ends_at_the_connection_timeout() {
             Protocol::Default,
             Some(Duration::from_secs(8)),
             None,
-        )
-        .unwrap();
+        );
         let mut conn = patient
             .connect(&Stats::default())
             .expect("the server woke up");

@@ -12,10 +12,10 @@ use super::{Database, Note};
 use crate::cluster::{redirection, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
 use crate::config::Role;
-use crate::connection::resp::ProtocolError;
 use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::reply::Reply;
+use crate::protocol::resp::ProtocolError;
+use crate::protocol::Reply;
 use crate::routing::{self, Candidate};
 use crate::server::Server;
 use crate::stats::Counter;
@@ -371,8 +371,7 @@ mod tests {
 
     fn server_at(id: u32, location: &str, role: Role) -> Arc<Server> {
         let location: Location = location.parse().unwrap();
-        let connector =
-            Connector::new(&location, None, None, Protocol::Default, None, None).unwrap();
+        let connector = Connector::new(&location, None, None, Protocol::Default, None, None);
         let health = Arc::new(Health::new(Duration::from_secs(60)));
         Arc::new(Server::new(id, connector, role, health, 0, None))
     }

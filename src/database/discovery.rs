@@ -17,7 +17,6 @@ use super::execute::{within, Execution};
 use super::{probe_step, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
-use crate::connection::Connector;
 use crate::error::{Error, Result};
 use crate::server::{Health, Server};
 use crate::stats::{Counter, Stats};
@@ -196,9 +195,7 @@ impl Database {
             let asked = location.to_string();
             let answer = self
                 .connector(location)
-                .and_then(|connector| {
-                    connector.connect_within(&probe_stats, cap(self.config.connection_timeout))
-                })
+                .connect_within(&probe_stats, cap(self.config.connection_timeout))
                 .map_err(|err| err.to_string())
                 .and_then(|mut conn| {
                     conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
@@ -308,15 +305,7 @@ impl Database {
     /// database did not know, counted in `servers.total`.
     pub(super) fn new_node(&self, name: &str, role: Role) -> Option<Arc<Server>> {
         let location: Location = name.parse().ok()?;
-        let connector = Connector::new(
-            &location,
-            self.config.user.as_deref(),
-            self.config.password.as_deref(),
-            self.config.protocol,
-            self.config.connection_timeout,
-            self.config.tls.clone(),
-        )
-        .ok()?;
+        let connector = self.connector(&location);
         let pool = self.pool(&connector);
         self.stats.inc(Counter::ServersTotal);
         Some(Arc::new(Server::new(
@@ -366,7 +355,7 @@ mod tests {
     fn a_node_however_spelled_is_one_server() {
         use crate::cluster::redirection;
         use crate::config::{DbArgs, DbConfig};
-        use crate::reply::Reply;
+        use crate::protocol::Reply;
 
         let config = DbConfig::from_args(&DbArgs {
             location: "[::1]:7000",

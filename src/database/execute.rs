@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::lease::{Lease, Pinned, RequestError, TaskConnection};
 use super::{Database, Note, ROLE};
-use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::Role;
 use crate::connection::Failure;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::reply::Reply;
+use crate::protocol::Reply;
+use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
 use crate::stats::Counter;

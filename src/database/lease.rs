@@ -10,7 +10,7 @@ use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::SharedLease;
 use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
-use crate::reply::Reply;
+use crate::protocol::Reply;
 use crate::server::Server;
 use crate::session::Session;
 use crate::stats::{Counter, Stats};
@@ -260,7 +260,8 @@ impl Database {
                     let usable = idle.and_then(|conn| self.still_usable(server, conn, now));
                     usable.map_or_else(|| self.connect(server, deadline), Ok)
                 })
-                .map(Lease::Shared);
+                .map(Lease::Shared)
+                .map_err(Error::from);
         }
         let connections = self
             .private
@@ -363,7 +364,7 @@ impl Database {
             Err(err) => {
                 server.health.mark_failed();
                 server.health.connect_failed();
-                Err(err)
+                Err(err.into())
             }
         }
     }

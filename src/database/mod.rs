@@ -138,7 +138,7 @@ impl Database {
             }
             .into());
         }
-        let connector = self.connector(location)?;
+        let connector = self.connector(location);
         let mut added = None;
         self.servers.update(|current| {
             let existing = current.by_location(connector.location());
@@ -216,7 +216,7 @@ impl Database {
 
     /// How this database reaches the server at `location`: its
     /// credentials, protocol, connect timeout and TLS settings.
-    pub(crate) fn connector(&self, location: &Location) -> Result<Connector> {
+    pub(crate) fn connector(&self, location: &Location) -> Connector {
         Connector::new(
             location,
             self.config.user.as_deref(),

@@ -23,7 +23,7 @@ use super::ctx::{slot_of, Ctx};
 use super::{arg_bytes, arg_str, guard};
 use crate::config::{DbArgs, Secret, SentinelArgs};
 use crate::database::Database;
-use crate::reply::{Reply, ReplyKind};
+use crate::protocol::{Reply, ReplyKind};
 use crate::stats::PrometheusOptions;
 use crate::vcl::{self, TaskState, VclState};
 

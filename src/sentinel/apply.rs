@@ -281,8 +281,8 @@ mod tests {
     /// switched: reads that reach it on new connections must not promote it.
     #[test]
     fn a_role_answer_does_not_promote_a_server_sentinel_demoted() {
-        use crate::command::Command;
         use crate::database::TaskConnection;
+        use crate::protocol::Command;
         use crate::testing::RedisProcess;
         // Two masters: `old` still says master, as an old master does
         // before Sentinel reconfigures it.

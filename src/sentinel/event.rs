@@ -3,7 +3,7 @@
 //! the text a server's location shows (`ip:port`, `[ipv6]:port`), so they
 //! compare with the locations the VCL registered.
 use crate::config::Location;
-use crate::reply::Reply;
+use crate::protocol::Reply;
 
 /// Subjective (`sdown`: this Sentinel) or objective (`odown`: a quorum).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

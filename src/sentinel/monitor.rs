@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use super::apply::{Knowledge, Master};
 use super::event;
-use crate::command::Command;
 use crate::config::{Location, SentinelConfig};
 use crate::connection::{Connection, Connector, Failure};
 use crate::database::Database;
-use crate::reply::Reply;
+use crate::protocol::Command;
+use crate::protocol::Reply;
 use crate::stats::Stats;
 
 /// How bad a message of the thread is.
@@ -192,17 +192,14 @@ impl Runner {
     /// Listens to one Sentinel until it fails or the thread is stopped.
     fn session(&mut self, location: &Location) -> End {
         let failed = |reason: String, served| End::Failed { reason, served };
-        let connector = match Connector::new(
+        let connector = Connector::new(
             location,
             None,
             self.config.password.as_deref(),
             self.config.protocol,
             Some(self.connect_wait()),
             self.config.tls.clone(),
-        ) {
-            Ok(connector) => connector,
-            Err(err) => return failed(err.to_string(), false),
-        };
+        );
         let mut commands = match self.connect(&connector) {
             Ok(conn) => conn,
             Err(reason) => return failed(reason, false),

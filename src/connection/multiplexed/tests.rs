@@ -5,15 +5,15 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::*;
-use crate::command::Command;
 use crate::config::Protocol;
-use crate::connection::Connector;
+use crate::connection::{ConnectError, Connector};
+use crate::protocol::Command;
 use crate::stats::Stats;
 use crate::testing::RedisProcess;
 
 fn connector(redis: &RedisProcess) -> Connector {
     let location = redis.location().parse().expect("location");
-    Connector::new(&location, None, None, Protocol::Default, None, None).expect("connector")
+    Connector::new(&location, None, None, Protocol::Default, None, None)
 }
 
 fn packed(args: &[&str]) -> Vec<u8> {
@@ -29,7 +29,7 @@ fn run(
     connector: &Connector,
     args: &[&str],
     deadline: Option<Instant>,
-) -> Result<Reply, MuxError> {
+) -> Result<Reply, MuxError<ConnectError>> {
     let stats = Stats::default();
     mux.request(&packed(args), deadline, &stats, &mut |idle| {
         idle.map_or_else(|| connector.connect(&stats), Ok)
@@ -315,9 +315,9 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
     let mux = Multiplexed::default();
     let stats = Stats::default();
     let refused = mux.request(&packed(&["PING"]), None, &stats, &mut |_| {
-        Err(Error::Backoff {
+        Err(ConnectError {
             server: "test".into(),
-            retry_in_ms: 1,
+            detail: "refused".into(),
         })
     });
     assert!(matches!(refused, Err(MuxError::Connect(_))), "{refused:?}");
@@ -347,8 +347,7 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
     })
     .expect("TLS material");
     let location = format!("127.0.0.1:{port}").parse().expect("location");
-    let connector = Connector::new(&location, None, None, Protocol::Default, None, Some(tls))
-        .expect("connector");
+    let connector = Connector::new(&location, None, None, Protocol::Default, None, Some(tls));
     let mux = Multiplexed::default();
     let value = "0123456789abcdef".repeat(1024);
     let reply = std::thread::scope(|scope| {
@@ -383,8 +382,7 @@ fn a_user_without_ping_is_told_that_pipelining_needs_it() {
         Protocol::Default,
         None,
         None,
-    )
-    .expect("connector");
+    );
     let mux = Multiplexed::default();
     let deadline = Some(Instant::now() + Duration::from_secs(2));
     let get = run(&mux, &connector, &["GET", "k"], deadline);

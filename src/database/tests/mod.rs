@@ -1,9 +1,9 @@
 //! Unit tests of the database object against real redis-server processes.
 use super::*;
-use crate::command::{Command, MAX_COMMAND_BYTES};
 use crate::config::{DbArgs, Secret};
 use crate::error::Error;
-use crate::reply::Reply;
+use crate::protocol::Reply;
+use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::session;
 use crate::testing::RedisProcess;
 
@@ -434,7 +434,7 @@ fn a_pool_wait_ends_within_the_bound_of_the_whole_execute() {
         let started = Instant::now();
         let err = run(&db, &["PING"]).unwrap_err();
         let waited = started.elapsed();
-        assert!(matches!(err, Error::PoolTimeout { .. }), "{err}");
+        assert!(matches!(err, Error::PoolTimeout(_)), "{err}");
         assert!(
             waited >= Duration::from_millis(190) && waited < Duration::from_millis(400),
             "{waited:?}"
@@ -500,7 +500,7 @@ fn auth_with_acl_user_and_wrong_password() {
         args.shared_connections = false;
     });
     let err = run(&bad, &["PING"]).unwrap_err();
-    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(matches!(err, Error::Connect(_)), "{err}");
     assert!(bad.stats().get(Counter::ConnectionsFailed) >= 1);
 }
 
@@ -556,7 +556,7 @@ fn without_hello_the_password_goes_in_auth_and_never_in_errors() {
 fn a_failed_connect_makes_the_next_commands_fail_fast_until_the_spacing_ends() {
     let redis = RedisProcess::start(&["--requirepass", "right"]);
     let db = database(&redis, |args| args.password = Secret("wrong"));
-    assert!(matches!(run(&db, &["PING"]), Err(Error::Connect { .. })));
+    assert!(matches!(run(&db, &["PING"]), Err(Error::Connect(_))));
     // 100 ms of commands: attempts at 0, 25 and 75 ms at most.
     let started = Instant::now();
     let mut spaced = 0;

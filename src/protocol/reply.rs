@@ -197,7 +197,7 @@ mod tests {
     }
 
     fn parsed(resp: &[u8]) -> Reply {
-        crate::connection::resp::build(resp).expect("valid RESP")
+        super::super::resp::build(resp).expect("valid RESP")
     }
 
     #[test]

@@ -14,9 +14,9 @@ const HEADER_ROOM: usize = 1 + 20 + 2;
 const INITIAL_CAPACITY: usize = 256;
 
 /// The largest request sent, as packed: the same bound as a reply
-/// ([`crate::connection::resp::MAX_REPLY_BYTES`]), so VCL cannot make a
+/// ([`super::resp::MAX_REPLY_BYTES`]), so VCL cannot make a
 /// worker buffer more than it could ever read back.
-pub const MAX_COMMAND_BYTES: usize = crate::connection::resp::MAX_REPLY_BYTES;
+pub const MAX_COMMAND_BYTES: usize = super::resp::MAX_REPLY_BYTES;
 
 /// How much of a command name goes into a log line.
 pub const LOGGED_NAME_BYTES: usize = 64;
@@ -490,9 +490,9 @@ mod tests {
 /// command::proptests`). Found no bug.
 #[cfg(test)]
 mod proptests {
+    use super::super::resp;
+    use super::super::Reply;
     use super::*;
-    use crate::connection::resp;
-    use crate::reply::Reply;
     use proptest::collection::vec;
     use proptest::prelude::*;
 

@@ -1,0 +1,244 @@
+//! How a connection is opened: the server's address resolved and
+//! connected within the connect timeout (TCP, UNIX, TLS), then the
+//! `HELLO` / `AUTH` handshake.
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use super::redact::refusal;
+use super::stream::{Limit, Stream};
+use super::{lookup, ConnectError, Connection};
+use crate::config::{Location, Protocol};
+use crate::protocol::{Command, Reply};
+use crate::stats::{Counter, Stats};
+use crate::tls::Tls;
+
+/// How to open a connection to one server: address, credentials, protocol
+/// and connect timeout, fixed when the database object is created.
+#[derive(Clone)]
+pub struct Connector {
+    /// Where the server is: the one type for it ([`Location`]).
+    location: Location,
+    /// Its text, as logs and stats show it (made once).
+    name: String,
+    /// The request sent right after connecting (HELLO / AUTH), if any.
+    handshake: Option<Vec<u8>>,
+    /// The handshake is `HELLO` (a protocol was asked for).
+    sends_hello: bool,
+    /// `AUTH`, if there is a password, for a server that does not know
+    /// `HELLO` (Redis < 6, or `HELLO` renamed away).
+    auth_without_hello: Option<Vec<u8>>,
+    connect_timeout: Option<Duration>,
+    /// `tls=true`: the session settings every connection starts from.
+    tls: Option<Tls>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No handshake: it holds the password.
+        f.debug_struct("Connector")
+            .field("location", &self.name)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl Connector {
+    pub fn new(
+        location: &Location,
+        user: Option<&str>,
+        password: Option<&str>,
+        protocol: Protocol,
+        connect_timeout: Option<Duration>,
+        tls: Option<Tls>,
+    ) -> Self {
+        Connector {
+            location: location.clone(),
+            name: location.to_string(),
+            handshake: handshake(user, password, protocol),
+            sends_hello: protocol != Protocol::Default,
+            auth_without_hello: handshake(user, password, Protocol::Default),
+            connect_timeout,
+            tls,
+        }
+    }
+
+    /// The server's location as logs and stats show it.
+    pub fn location(&self) -> &str {
+        &self.name
+    }
+
+    /// Opens a connection (HELLO / AUTH included), counting the outcome.
+    pub fn connect(&self, stats: &Stats) -> Result<Connection, ConnectError> {
+        self.connect_within(stats, self.connect_timeout)
+    }
+
+    /// As [`Connector::connect`], with `timeout` bounding the connect and
+    /// the handshake instead of `connection_timeout`.
+    pub(crate) fn connect_within(
+        &self,
+        stats: &Stats,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, ConnectError> {
+        match self.open(timeout) {
+            Ok(conn) => {
+                stats.inc(Counter::ConnectionsTotal);
+                Ok(conn)
+            }
+            Err(detail) => {
+                stats.inc(Counter::ConnectionsFailed);
+                Err(ConnectError {
+                    server: self.name.clone(),
+                    detail,
+                })
+            }
+        }
+    }
+
+    /// Connects, TLS and HELLO / AUTH included, all of it within
+    /// `timeout` (the name lookup and a UNIX connect too).
+    fn open(&self, timeout: Option<Duration>) -> Result<Connection, String> {
+        let limit = Limit::within(timeout);
+        // The socket timeout the TLS handshake left on the socket.
+        let mut armed = None;
+        let stream = match &self.location {
+            Location::Tcp { host, port } => {
+                let addrs = resolve(host, *port, limit)
+                    .map_err(|err| format!("cannot resolve {host}: {err}"))?;
+                let tcp = connect_any(&addrs, limit).map_err(|e| e.to_string())?;
+                // Requests are single writes; never wait for Nagle.
+                tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+                match &self.tls {
+                    Some(tls) => Stream::tls(tls, host, tcp, &mut armed, limit)?,
+                    None => Stream::Tcp(tcp),
+                }
+            }
+            Location::Unix(path) => Stream::Unix(connect_unix(path, limit)?),
+        };
+        let mut conn = Connection::new(stream, armed);
+        if let Some(handshake) = &self.handshake {
+            // The handshake is bounded by the connect timeout too.
+            if let Some(text) = shake(&mut conn, handshake, limit)? {
+                if !(self.sends_hello && text.starts_with("ERR unknown command")) {
+                    return Err(refusal(&text));
+                }
+                // No HELLO here: as redis-rs does, AUTH alone and RESP2.
+                if let Some(auth) = &self.auth_without_hello {
+                    if let Some(text) = shake(&mut conn, auth, limit)? {
+                        return Err(refusal(&text));
+                    }
+                }
+            }
+        }
+        Ok(conn)
+    }
+}
+
+/// The first request of a connection: `HELLO <2|3> [AUTH user pass]` when a
+/// protocol is asked for, else `AUTH [user] pass` when there is a password.
+fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> Option<Vec<u8>> {
+    let explicit_user = user;
+    let user = user.unwrap_or("default");
+    let mut command = match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => {
+            let mut hello = Command::new(b"HELLO");
+            hello.push(if protocol == Protocol::Resp3 {
+                b"3"
+            } else {
+                b"2"
+            });
+            if let Some(password) = password {
+                hello.push(b"AUTH");
+                hello.push(user.as_bytes());
+                hello.push(password.as_bytes());
+            }
+            hello
+        }
+        Protocol::Default => {
+            let password = password?;
+            let mut auth = Command::new(b"AUTH");
+            if let Some(user) = explicit_user {
+                auth.push(user.as_bytes());
+            }
+            auth.push(password.as_bytes());
+            auth
+        }
+    };
+    Some(command.packed().to_vec())
+}
+
+/// One handshake request: `Ok(None)` when accepted, `Ok(Some(text))` for
+/// an error reply, `Err` (no server text) when it got no reply.
+fn shake(conn: &mut Connection, packed: &[u8], limit: Limit) -> Result<Option<String>, String> {
+    match conn.request_by(packed, limit) {
+        Ok(Reply::Error(text)) => Ok(Some(text)),
+        Ok(_) => Ok(None),
+        Err(failure) => Err(format!("handshake failed: {failure}")),
+    }
+}
+
+/// The addresses of `host`: an IP address as it is, a name looked up
+/// within `limit` ([`lookup`]).
+pub(super) fn resolve(host: &str, port: u16, limit: Limit) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let mut addrs = lookup::lookup(host, limit)?;
+    for addr in &mut addrs {
+        addr.set_port(port);
+    }
+    Ok(addrs)
+}
+
+/// Longest pause between two attempts of a UNIX connect to a full accept
+/// queue.
+const UNIX_RETRY_MAX: Duration = Duration::from_millis(10);
+
+/// A UNIX-socket connect within `limit`, on this thread. A blocking
+/// connect waits while the server's accept queue is full (a frozen
+/// server), with no timeout; a non-blocking one fails at once (`EAGAIN`)
+/// instead: it is tried again after short pauses until `limit`, then the
+/// socket is made blocking again.
+fn connect_unix(path: &Path, limit: Limit) -> Result<UnixStream, String> {
+    if limit.deadline.is_none() {
+        return UnixStream::connect(path).map_err(|e| e.to_string());
+    }
+    let addr = socket2::SockAddr::unix(path).map_err(|e| e.to_string())?;
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match socket.connect(&addr) {
+            Ok(()) => break,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                let left = limit.wait().map_err(|_| "timeout".to_string())?;
+                std::thread::sleep(pause.min(left.unwrap_or(pause)));
+                pause = (pause * 2).min(UNIX_RETRY_MAX);
+            }
+            Err(err) => return Err(err.to_string()),
+        }
+    }
+    socket.set_nonblocking(false).map_err(|e| e.to_string())?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
+}
+
+fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in addrs {
+        let attempt = match limit.wait() {
+            Ok(Some(left)) => TcpStream::connect_timeout(addr, left),
+            Ok(None) => TcpStream::connect(addr),
+            Err(_) if last.kind() != io::ErrorKind::NotFound => return Err(last),
+            Err(spent) => return Err(spent),
+        };
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,66 @@
+//! The connection layer's own errors. `crate::error::Error` (what VCL
+//! logs) converts from them, with the server they concern.
+use std::io;
+
+use crate::protocol::resp;
+
+/// How a request on a connection failed at the transport level.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The server closed the connection (`connections.dropped.hung_up`).
+    #[error("connection closed by the server: {0}")]
+    HungUp(io::Error),
+    /// A timeout expired (`connections.dropped.error`).
+    #[error("timeout")]
+    Timeout,
+    /// Any other I/O error (`connections.dropped.error`).
+    #[error("{0}")]
+    Io(io::Error),
+    /// The reply broke the protocol or its limits (`connections.dropped.error`).
+    #[error("{0}")]
+    Protocol(#[from] resp::ProtocolError),
+}
+
+impl From<io::Error> for Failure {
+    fn from(err: io::Error) -> Self {
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Failure::Timeout,
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Failure::HungUp(err),
+            _ => Failure::Io(err),
+        }
+    }
+}
+
+/// Why no connection could be opened (resolving, connecting, TLS,
+/// `HELLO` / `AUTH`): counted in `connections.failed`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {server}: {detail}")]
+pub struct ConnectError {
+    /// The server, as logs and stats show it.
+    pub(crate) server: String,
+    /// What failed; never the server's text of a refused handshake
+    /// (`redact.rs`).
+    pub(crate) detail: String,
+}
+
+/// No connection of a shared pool came free by the caller's deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("no connection to {server} within {waited_ms} ms (pool of {pool_size}): all {pool_size} connections in use")]
+pub struct PoolTimeout {
+    pub(crate) server: String,
+    pub(crate) waited_ms: u128,
+    pub(crate) pool_size: u32,
+}
+
+/// Why a shared pool gave no connection: its wait ended, or the caller's
+/// `refresh` (which opens one) failed with `E`.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError<E> {
+    #[error("{0}")]
+    Timeout(PoolTimeout),
+    #[error("{0}")]
+    Refresh(E),
+}

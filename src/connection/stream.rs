@@ -1,0 +1,179 @@
+//! The socket under a connection (TCP, UNIX or TLS: [`tls`]), and the
+//! deadline every wait on it is armed with ([`Limit`]).
+mod tls;
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use self::tls::TlsStream;
+use crate::tls::Tls;
+
+/// When an exchange on a connection (or the opening of one) must be
+/// over. Every socket wait is armed with the time left before it, so that
+/// neither one wait nor their sum (a reply, a TLS record arriving a byte at
+/// a time) ends past it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit {
+    /// None: no bound (no timeout, or one past what the clock holds).
+    pub(super) deadline: Option<Instant>,
+}
+
+/// A socket already armed with a timeout at most this much longer than the
+/// time left keeps it: consecutive commands with the same timeout cost no
+/// system call, and a wait ends at most this late.
+const REARM_SLACK: Duration = Duration::from_millis(1);
+
+impl Limit {
+    /// `timeout` from now (none: no bound).
+    pub(crate) fn within(timeout: Option<Duration>) -> Limit {
+        Limit {
+            deadline: timeout.and_then(|timeout| Instant::now().checked_add(timeout)),
+        }
+    }
+
+    pub(crate) fn by(deadline: Option<Instant>) -> Limit {
+        Limit { deadline }
+    }
+
+    /// The socket timeout of the next wait: the time left (`TimedOut` when
+    /// it is spent), or none.
+    pub(super) fn wait(self) -> io::Result<Option<Duration>> {
+        match self.deadline {
+            None => Ok(None),
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    Err(io::ErrorKind::TimedOut.into())
+                } else {
+                    Ok(Some(left))
+                }
+            }
+        }
+    }
+}
+
+/// A blocking socket whose waits take a timeout.
+trait Timeouts {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl Timeouts for TcpStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+            .and_then(|()| self.set_write_timeout(timeout))
+    }
+}
+
+impl Timeouts for UnixStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+            .and_then(|()| self.set_write_timeout(timeout))
+    }
+}
+
+/// Arms `sock` for one wait that must end by `limit`; `armed` is the
+/// timeout the socket has now (kept when close enough: no system call).
+fn arm(sock: &impl Timeouts, armed: &mut Option<Duration>, limit: Limit) -> io::Result<()> {
+    let wait = limit.wait()?;
+    let close_enough = match (*armed, wait) {
+        (Some(armed), Some(wait)) => armed >= wait && armed - wait <= REARM_SLACK,
+        (armed, wait) => armed == wait,
+    };
+    if !close_enough {
+        sock.set_timeouts(wait)?;
+        *armed = wait;
+    }
+    Ok(())
+}
+
+/// The socket of a connection, plain or TLS, every wait bounded by a
+/// [`Limit`].
+pub(super) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    /// Boxed: a TLS session is large, and connections are moved around.
+    Tls(Box<TlsStream>),
+}
+
+impl Stream {
+    /// A TLS session over `tcp`, its handshake done within `limit` (on a
+    /// thread of its own: [`tls::handshake`]); `armed` gets the socket
+    /// timeout it leaves on the socket.
+    pub(super) fn tls(
+        settings: &Tls,
+        host: &str,
+        tcp: TcpStream,
+        armed: &mut Option<Duration>,
+        limit: Limit,
+    ) -> Result<Stream, String> {
+        let mut arm_tls = |sock: &TcpStream| arm(sock, armed, limit);
+        let shaken = tls::handshake(settings, host, tcp, &mut arm_tls)?;
+        Ok(Stream::Tls(Box::new(shaken)))
+    }
+
+    pub(super) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::Tls(s) => s.sock.set_nonblocking(nonblocking),
+        }
+    }
+
+    /// Writes all of `bytes`, each wait armed to end by `limit`.
+    pub(super) fn write_all(
+        &mut self,
+        bytes: &[u8],
+        armed: &mut Option<Duration>,
+        limit: Limit,
+    ) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => write_all(s, bytes, armed, limit),
+            Stream::Unix(s) => write_all(s, bytes, armed, limit),
+            Stream::Tls(s) => tls::write_all(s, bytes, &mut |sock| arm(sock, armed, limit)),
+        }
+    }
+
+    /// Reads some bytes, the wait armed to end by `limit`.
+    pub(super) fn read(
+        &mut self,
+        buf: &mut [u8],
+        armed: &mut Option<Duration>,
+        limit: Limit,
+    ) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
+            Stream::Unix(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
+            Stream::Tls(s) => tls::read(s, buf, &mut |sock| arm(sock, armed, limit)),
+        }
+    }
+
+    /// Reads what is there without waiting (the socket is non-blocking).
+    pub(super) fn read_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => tls::read(s, buf, &mut |_| Ok(())),
+        }
+    }
+}
+
+/// `write_all` on a plain socket, each write armed to end by `limit`.
+fn write_all<S: Timeouts + Write>(
+    sock: &mut S,
+    mut bytes: &[u8],
+    armed: &mut Option<Duration>,
+    limit: Limit,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        arm(sock, armed, limit)?;
+        match sock.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => bytes = &bytes[written..],
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
