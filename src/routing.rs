@@ -15,6 +15,9 @@
 //!   replicas while one caller (a worker thread) keeps to the same one.
 //!
 //! Failed attempts retry on the next server of the plan.
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use smallvec::SmallVec;
 
 use crate::config::{Role, Subnets};
@@ -36,6 +39,23 @@ pub(crate) struct Candidate {
     pub weight: u32,
     pub role: Role,
     pub sick: bool,
+}
+
+/// A rotation per worker thread, so that equal replicas share the load
+/// while each thread keeps to one (and to its private connection). A
+/// `Cell<usize>` needs no destructor, so this `thread_local!` does not pin
+/// the module in memory after `vcl.discard`.
+pub(crate) fn rotation() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static ROTATION: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    ROTATION.with(|rotation| {
+        if rotation.get() == usize::MAX {
+            rotation.set(NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX - 1));
+        }
+        rotation.get()
+    })
 }
 
 /// The indexes of `servers` to try, in order; empty when none may serve.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::discovery::{host_of, Cluster};
-use super::execute::{rotation, Execution};
+use super::execute::Execution;
 use super::lease::Lease;
 use super::{Database, Note};
 use crate::cluster::{redirection, Redirection};
@@ -16,7 +16,7 @@ use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::resp::ProtocolError;
 use crate::protocol::Reply;
-use crate::routing::{self, Candidate};
+use crate::routing::{self, rotation, Candidate};
 use crate::server::Server;
 use crate::stats::Counter;
 use crate::topology::Topology;

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::execute::{within, Execution};
-use super::{probe_step, Database, Note};
+use super::execute::Execution;
+use super::{probe_step, within, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
 use crate::error::{Error, Result};

@@ -1,19 +1,17 @@
 //! One command along the execution plan: attempts, retries, roles
 //! learnt on the way, and where the connection goes afterwards.
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lease::{Lease, Pinned, RequestError, TaskConnection};
-use super::{Database, Note, ROLE};
+use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::Role;
 use crate::connection::Failure;
 use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
-use crate::routing::{self, Candidate, Candidates};
+use crate::routing::{self, rotation, Candidate, Candidates};
 use crate::server::{role_from_reply, Server};
 use crate::stats::Counter;
 
@@ -57,36 +55,6 @@ impl Execution<'_> {
 
     pub(super) fn note(&mut self, note: Note) {
         (self.debug)(note);
-    }
-}
-
-/// A rotation per worker thread, so that equal replicas share the load
-/// while each thread keeps to one (and to its private connection). A
-/// `Cell<usize>` needs no destructor, so this `thread_local!` does not pin
-/// the module in memory after `vcl.discard`.
-pub(super) fn rotation() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static ROTATION: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    ROTATION.with(|rotation| {
-        if rotation.get() == usize::MAX {
-            rotation.set(NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX - 1));
-        }
-        rotation.get()
-    })
-}
-
-/// `timeout` shortened so that it ends by `deadline`, if there is one.
-pub(super) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
-    match deadline {
-        None => timeout,
-        Some(deadline) => {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            Some(timeout.map_or(left, |timeout| timeout.min(left)))
-        }
     }
 }
 

@@ -3,14 +3,14 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::execute::{rotation, within};
-use super::Database;
+use super::{within, Database};
 use crate::connection::multiplexed::{Multiplexed, MuxError};
 use crate::connection::private::{Owner, PrivateConnections};
 use crate::connection::shared::SharedLease;
 use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result};
 use crate::protocol::Reply;
+use crate::routing::rotation;
 use crate::server::Server;
 use crate::session::Session;
 use crate::stats::{Counter, Stats};

@@ -38,6 +38,19 @@ fn probe_step(timeout: Option<Duration>) -> Option<Duration> {
     Some(timeout.map_or(PROBE_STEP_CAP, |timeout| timeout.min(PROBE_STEP_CAP)))
 }
 
+/// `timeout` shortened so that it ends by `deadline`, if there is one.
+fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        None => timeout,
+        Some(deadline) => {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            Some(timeout.map_or(left, |timeout| timeout.min(left)))
+        }
+    }
+}
+
 /// What `.stats()` renders.
 pub enum StatsFormat<'a> {
     Json,
