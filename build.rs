@@ -1,7 +1,7 @@
 //! Turns vmod.vcc into the C glue varnishd loads, compiles it, and generates
 //! the Rust bindings plus a compile-time signature check of every entry point.
 //!
-//! See ../shared/spec/architecture.md: vmodtool.py writes vcc_if.{c,h} and the
+//! See docs/architecture.md: vmodtool.py writes vcc_if.{c,h} and the
 //! reference docs; the C `Vmod_redis_Data` is renamed and copied into the
 //! Rust-exported symbol by src/ffi/glue.c, because rustc's version script
 //! would hide a C symbol of the cdylib.
