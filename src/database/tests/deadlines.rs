@@ -7,20 +7,7 @@ use super::*;
 /// deadline only, then fails with a clear error.
 #[test]
 fn a_worker_waits_for_another_ones_discovery_until_its_own_deadline() {
-    use std::io::Read;
-    use std::net::TcpListener;
-
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let seed = silent.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for mut conn in silent.incoming().flatten() {
-            let mut buf = [0u8; 256];
-            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
-            let _ = conn.read(&mut buf);
-            held.push(conn);
-        }
-    });
+    let seed = silent_server();
     let config = DbConfig::from_args(&DbArgs {
         location: &seed,
         role: "cluster",

@@ -98,26 +98,6 @@ fn a_server_that_refuses_info_leaves_the_model_and_serves_the_command() {
     );
 }
 
-/// A server that accepts connections and never answers (frozen: a long
-/// script, `DEBUG SLEEP`, a stalled proxy).
-fn silent_server() -> String {
-    use std::io::Read;
-    use std::net::TcpListener;
-
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let location = silent.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for mut conn in silent.incoming().flatten() {
-            let mut buf = [0u8; 256];
-            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
-            let _ = conn.read(&mut buf);
-            held.push(conn);
-        }
-    });
-    location
-}
-
 /// Reading the table is bounded as one request of the command, not as
 /// its whole execution: against a frozen server, an unknown command fails
 /// about as soon as a known one (3 attempts of 100 ms), not after

@@ -21,6 +21,26 @@ fn database(redis: &RedisProcess, edit: impl FnOnce(&mut DbArgs)) -> Database {
     Database::new("db", DbConfig::from_args(&args).expect("valid config")).expect("database")
 }
 
+/// A server that accepts connections and never answers (frozen: a long
+/// script, `DEBUG SLEEP`, a stalled proxy).
+pub(super) fn silent_server() -> String {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in silent.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(10)));
+            let _ = conn.read(&mut buf);
+            held.push(conn);
+        }
+    });
+    location
+}
+
 fn run(db: &Database, args: &[&str]) -> Result<Reply> {
     run_in(db, &mut TaskConnection::default(), args)
 }
