@@ -98,10 +98,10 @@ impl Database {
         let mut found = self.commands.find(command);
         // Not in the model (a newer server's command, a module's): the
         // server's own table says what it is, read once per server
-        // version. Not while the task holds a connection: in a pool of
-        // one, that would wait for itself.
-        // Bounded as one request of the command (500 ms with no timeout at
-        // all), not as the whole execution: its attempts keep their time.
+        // version, bounded as one request of the command (500 ms with no
+        // timeout at all) so that its attempts keep their time. Not while
+        // the task holds a connection: in a pool of one, that would wait
+        // for itself.
         if found.unknown() && task.pinned.is_none() {
             let bound = within(timeout, deadline).unwrap_or(super::PROBE_STEP_CAP);
             self.learn_commands(Instant::now().checked_add(bound));
