@@ -16,6 +16,7 @@
 //!
 //! Failed attempts retry on the next server of the plan.
 use std::cell::Cell;
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use smallvec::SmallVec;
@@ -95,7 +96,7 @@ pub(crate) fn plan(servers: &[Candidate], master_only: bool, rotation: usize) ->
 pub(crate) fn describe(
     name: &str,
     master_only: bool,
-    locations: &[&str],
+    locations: &[impl fmt::Display],
     candidates: &[Candidate],
     plan: &[usize],
 ) -> String {
@@ -274,8 +275,9 @@ mod tests {
             "plan for GET (master=false): 10.0.0.1:6379 (slave, weight 0, healthy), \
              10.0.0.2:6379 (slave, weight 1, healthy), /run/redis.sock (master, no subnet, sick)"
         );
+        let nowhere: [&str; 0] = [];
         assert_eq!(
-            describe("GET", false, &[], &[], &[]),
+            describe("GET", false, &nowhere, &[], &[]),
             "plan for GET (master=false): no candidate"
         );
     }

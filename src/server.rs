@@ -3,7 +3,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::Role;
+use crate::config::{Location, Role};
 use crate::connection::shared::SharedPool;
 use crate::connection::Connector;
 use crate::protocol::Reply;
@@ -256,8 +256,8 @@ impl Server {
         role
     }
 
-    /// The server's location as logs and stats show it.
-    pub(crate) fn location(&self) -> &str {
+    /// Where the server is (its `Display` is what logs and stats show).
+    pub(crate) fn location(&self) -> &Location {
         self.connector.location()
     }
 

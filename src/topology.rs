@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::cluster::SlotMap;
+use crate::config::Location;
 use crate::server::Server;
 
 /// One version of a database's servers, in the order they were added.
@@ -22,7 +23,8 @@ pub(crate) struct Topology {
 }
 
 impl Topology {
-    pub(crate) fn by_location(&self, location: &str) -> Option<&Arc<Server>> {
+    /// The server at `location`, if the database has one.
+    pub(crate) fn by_location(&self, location: &Location) -> Option<&Arc<Server>> {
         self.servers.iter().find(|s| s.location() == location)
     }
 }

@@ -1,7 +1,7 @@
 //! The slot map of a cluster: which shard (a master and its replicas)
 //! serves each of the 16384 slots, read from a `CLUSTER SLOTS` reply.
-//! Generic in how a node is named: parsed with locations (`host:port`),
-//! then turned into indexes of the database's servers.
+//! Generic in how a node is named: parsed as [`Node`]s (locations), then
+//! turned into indexes of the database's servers.
 use super::slot::SLOTS;
 use crate::config::Location;
 use crate::protocol::Reply;
@@ -55,20 +55,18 @@ impl<N> SlotMap<N> {
     }
 }
 
-/// A node's location as the database names its servers: parsed and
-/// printed by [`Location`], so that the spellings of one node (`[::1]`,
-/// `0:0:0:0:0:0:0:1`, `REDIS-A`, `redis-a`) are one name, the one its
-/// server has. A name `Location` refuses is kept as written (no server
-/// can be made for it: the node is left out).
-pub(crate) fn endpoint(host: &str, port: u16) -> String {
-    let written = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    written
-        .parse::<Location>()
-        .map_or(written, |location| location.to_string())
+/// A node as the cluster names it (`CLUSTER SLOTS`, `MOVED`, `ASK`): its
+/// [`Location`], made by [`Location::tcp`] so that the spellings of one
+/// node (`::1`, `0:0:0:0:0:0:0:1`, `REDIS-A`, `redis-a`) are one
+/// location, the one its server has. `Err`: a host `Location` refuses,
+/// kept as written (`host:port`) so that the node is still one node of
+/// the map; no server can be made for it, so the database leaves it out
+/// and a redirection to it fails.
+pub(crate) type Node = Result<Location, String>;
+
+/// The node at `host` and `port`.
+pub(crate) fn node_at(host: &str, port: u16) -> Node {
+    Location::tcp(host, port).map_err(|_| format!("{host}:{port}"))
 }
 
 fn text(reply: &Reply) -> Option<&str> {
@@ -81,7 +79,7 @@ fn text(reply: &Reply) -> Option<&str> {
 
 /// `[host, port, id, ...]` as a location. An empty host (a node that does
 /// not know its own address) is the host that was asked, as in `MOVED`.
-fn node(reply: &Reply, asked_host: &str) -> Result<String, String> {
+fn node(reply: &Reply, asked_host: &str) -> Result<Node, String> {
     let Reply::Array(fields) = reply else {
         return Err("a node is not an array".into());
     };
@@ -96,7 +94,7 @@ fn node(reply: &Reply, asked_host: &str) -> Result<String, String> {
     } else {
         host
     };
-    Ok(endpoint(host, port))
+    Ok(node_at(host, port))
 }
 
 fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
@@ -112,7 +110,7 @@ fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
 /// Reads a `CLUSTER SLOTS` reply (`[[start, end, master, replica...],
 /// ...]`) asked of a node on `asked_host`. A master serving several ranges
 /// is one shard. Slots no range covers have no shard.
-pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<String>, String> {
+pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Node>, String> {
     let ranges = match reply {
         Reply::Array(ranges) => ranges,
         Reply::Error(text) => return Err(format!("CLUSTER SLOTS: {text}")),
@@ -174,6 +172,11 @@ mod tests {
         Reply::Array(vec![s(host), Reply::Integer(port), s("0123abcd")])
     }
 
+    /// The node at `text` (`host:port`).
+    fn at(text: &str) -> Node {
+        Ok(text.parse().unwrap())
+    }
+
     fn range(start: i64, end: i64, nodes: Vec<Reply>) -> Reply {
         let mut fields = vec![Reply::Integer(start), Reply::Integer(end)];
         fields.extend(nodes);
@@ -198,15 +201,15 @@ mod tests {
         let map = parse_slots(&reply, "127.0.0.1").unwrap();
         assert_eq!(map.shards.len(), 3);
         let first = map.shard_of(0).unwrap();
-        assert_eq!(first.master, "127.0.0.1:7000");
-        assert_eq!(first.replicas, vec!["127.0.0.1:7004".to_string()]);
-        assert_eq!(map.shard_of(5460).unwrap().master, "127.0.0.1:7000");
-        assert_eq!(map.shard_of(5461).unwrap().master, "127.0.0.1:7001");
-        assert_eq!(map.shard_of(16383).unwrap().master, "127.0.0.1:7002");
-        let nodes: Vec<&String> = map.nodes().collect();
+        assert_eq!(first.master, at("127.0.0.1:7000"));
+        assert_eq!(first.replicas, vec![at("127.0.0.1:7004")]);
+        assert_eq!(map.shard_of(5460).unwrap().master, at("127.0.0.1:7000"));
+        assert_eq!(map.shard_of(5461).unwrap().master, at("127.0.0.1:7001"));
+        assert_eq!(map.shard_of(16383).unwrap().master, at("127.0.0.1:7002"));
+        let nodes: Vec<&Node> = map.nodes().collect();
         assert_eq!(nodes.len(), 6);
-        assert_eq!(nodes[0], "127.0.0.1:7000");
-        assert_eq!(nodes[3], "127.0.0.1:7004");
+        assert_eq!(nodes[0], &at("127.0.0.1:7000"));
+        assert_eq!(nodes[3], &at("127.0.0.1:7004"));
     }
 
     #[test]
@@ -219,7 +222,7 @@ mod tests {
         let map = parse_slots(&reply, "h").unwrap();
         assert_eq!(map.shards.len(), 2);
         assert_eq!(map.slots[99], map.slots[101]);
-        assert_eq!(map.shard_of(100).unwrap().master, "127.0.0.1:7001");
+        assert_eq!(map.shard_of(100).unwrap().master, at("127.0.0.1:7001"));
     }
 
     #[test]
@@ -237,8 +240,8 @@ mod tests {
     fn empty_host_is_the_node_asked_and_ipv6_is_bracketed() {
         let reply = Reply::Array(vec![range(0, 16383, vec![n("", 7000), n("::1", 7001)])]);
         let map = parse_slots(&reply, "127.0.0.9").unwrap();
-        assert_eq!(map.shards[0].master, "127.0.0.9:7000");
-        assert_eq!(map.shards[0].replicas, vec!["[::1]:7001".to_string()]);
+        assert_eq!(map.shards[0].master, at("127.0.0.9:7000"));
+        assert_eq!(map.shards[0].replicas, vec![at("[::1]:7001")]);
     }
 
     #[test]
@@ -253,14 +256,35 @@ mod tests {
         ]);
         let map = parse_slots(&reply, "h").unwrap();
         assert_eq!(map.shards.len(), 1, "one master, however written");
-        assert_eq!(map.shards[0].master, "redis-a.example:7000");
-        assert_eq!(map.shards[0].replicas, vec!["[::1]:7001".to_string()]);
-        for (host, port) in [("REDIS-A.example", 7000), ("::1", 7001), ("0::1", 7001)] {
-            let name = endpoint(host, port);
-            let location: Location = name.parse().unwrap();
-            assert_eq!(name, location.to_string(), "{host}");
+        assert_eq!(map.shards[0].master, at("redis-a.example:7000"));
+        assert_eq!(map.shards[0].replicas, vec![at("[::1]:7001")]);
+        for (host, port, text) in [
+            ("REDIS-A.example", 7000, "redis-a.example:7000"),
+            ("::1", 7001, "[::1]:7001"),
+            ("0::1", 7001, "[::1]:7001"),
+        ] {
+            let node = node_at(host, port).unwrap();
+            assert_eq!(node.to_string(), text);
+            assert_eq!(node, text.parse().unwrap(), "{host}");
         }
-        assert_eq!(endpoint("bad host", 1), "bad host:1");
+        assert_eq!(node_at("bad host", 1), Err("bad host:1".to_string()));
+    }
+
+    /// A node whose host `Location` refuses is still one node, so that
+    /// the map keeps the shards the cluster has.
+    #[test]
+    fn refused_names_are_kept_as_written() {
+        let reply = Reply::Array(vec![
+            range(0, 99, vec![n("bad host", 7000), n("", 7001), n("x y", 1)]),
+            range(100, 16383, vec![n("bad host", 7000), n("x y", 1)]),
+        ]);
+        let map = parse_slots(&reply, "127.0.0.1").unwrap();
+        assert_eq!(map.shards.len(), 1);
+        assert_eq!(map.shards[0].master, Err("bad host:7000".into()));
+        assert_eq!(
+            map.shards[0].replicas,
+            vec![at("127.0.0.1:7001"), Err("x y:1".into())]
+        );
     }
 
     #[test]
@@ -270,7 +294,7 @@ mod tests {
             range(8192, 16383, vec![n("c", 3)]),
         ]);
         let map = parse_slots(&reply, "h").unwrap();
-        let names: Vec<String> = map.nodes().cloned().collect();
+        let names: Vec<Node> = map.nodes().cloned().collect();
         let indexed = map.map(|name| names.iter().position(|n| *n == name).unwrap());
         assert_eq!(
             indexed.shard_of(0).unwrap(),

@@ -7,6 +7,6 @@ mod map;
 mod redirect;
 mod slot;
 
-pub(crate) use map::{parse_slots, SlotMap};
+pub(crate) use map::{parse_slots, Node, SlotMap};
 pub(crate) use redirect::{redirection, Redirection};
 pub(crate) use slot::key_slot;

@@ -1,12 +1,13 @@
 //! The redirection error replies of Redis Cluster: `MOVED <slot>
 //! <host:port>` (the slot lives there now) and `ASK <slot> <host:port>`
 //! (this key is being migrated there: ask once with `ASKING`).
+use super::map::{node_at, Node};
 
 /// A redirection read from an error reply.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Redirection {
-    Moved { slot: u16, to: String },
-    Ask { slot: u16, to: String },
+    Moved { slot: u16, to: Node },
+    Ask { slot: u16, to: Node },
 }
 
 /// The redirection in the error text `text`, if it is one. `from_host` is
@@ -30,7 +31,7 @@ pub(crate) fn redirection(text: &str, from_host: &str) -> Option<Redirection> {
     } else {
         host
     };
-    let to = super::map::endpoint(host, port);
+    let to = node_at(host, port);
     Some(match kind {
         "MOVED" => Redirection::Moved { slot, to },
         _ => Redirection::Ask { slot, to },
@@ -41,20 +42,24 @@ pub(crate) fn redirection(text: &str, from_host: &str) -> Option<Redirection> {
 mod tests {
     use super::*;
 
+    fn at(text: &str) -> Node {
+        Ok(text.parse().unwrap())
+    }
+
     #[test]
     fn moved_and_ask() {
         assert_eq!(
             redirection("MOVED 3999 127.0.0.1:6381", "10.0.0.1"),
             Some(Redirection::Moved {
                 slot: 3999,
-                to: "127.0.0.1:6381".into()
+                to: at("127.0.0.1:6381")
             })
         );
         assert_eq!(
             redirection("ASK 16383 127.0.0.2:7000", "10.0.0.1"),
             Some(Redirection::Ask {
                 slot: 16383,
-                to: "127.0.0.2:7000".into()
+                to: at("127.0.0.2:7000")
             })
         );
     }
@@ -65,7 +70,7 @@ mod tests {
             redirection("MOVED 1 :6381", "127.0.0.3"),
             Some(Redirection::Moved {
                 slot: 1,
-                to: "127.0.0.3:6381".into()
+                to: at("127.0.0.3:6381")
             })
         );
     }
@@ -76,7 +81,7 @@ mod tests {
             redirection("MOVED 2 ::1:7000", "127.0.0.1"),
             Some(Redirection::Moved {
                 slot: 2,
-                to: "[::1]:7000".into()
+                to: at("[::1]:7000")
             })
         );
     }
@@ -91,7 +96,15 @@ mod tests {
             redirection("ASK 2 Redis-B:7000", "127.0.0.1"),
             Some(Redirection::Ask {
                 slot: 2,
-                to: "redis-b:7000".into()
+                to: at("redis-b:7000")
+            })
+        );
+        // Still a redirection, to a node no server can be made for.
+        assert_eq!(
+            redirection("MOVED 2 a/b:7000", "127.0.0.1"),
+            Some(Redirection::Moved {
+                slot: 2,
+                to: Err("a/b:7000".into())
             })
         );
     }

@@ -51,7 +51,10 @@ pub enum LocationError {
     SentinelUnix,
 }
 
-/// Where a Redis server listens.
+/// Where a Redis server listens: the one name of a server, whether the
+/// VCL, a cluster map or Sentinel gives it. Made by parsing or by
+/// [`Location::tcp`], which normalise the host, so equal addresses compare
+/// (and hash) equal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Location {
     /// TCP: an IPv4 or IPv6 address (kept without brackets) or a DNS name.
@@ -66,6 +69,30 @@ pub enum Location {
 }
 
 impl Location {
+    /// A TCP location from a host and a port as a server gives them (a
+    /// cluster map, a redirection, a Sentinel report), normalised as
+    /// parsing normalises them: an IPv6 address in its short form
+    /// (`0:0:0:0:0:0:0:1` is `::1`), a DNS name in lowercase. So every
+    /// spelling of one address is one `Location`, and its text the one
+    /// the VCL's spelling shows. Refused as parsing refuses `host:port`
+    /// (an IPv6 host is given without brackets).
+    pub(crate) fn tcp(host: &str, port: u16) -> Result<Location, LocationError> {
+        let host = if host.contains(':') {
+            let ip: Ipv6Addr = host.parse().map_err(|_| LocationError::InvalidIpv6)?;
+            ip.to_string()
+        } else if host.is_empty() {
+            return Err(LocationError::MissingHost);
+        } else if valid_host(host) {
+            host.to_ascii_lowercase()
+        } else {
+            return Err(LocationError::InvalidHost);
+        };
+        if port == 0 {
+            return Err(LocationError::InvalidPort);
+        }
+        Ok(Location::Tcp { host, port })
+    }
+
     /// The IP address of a TCP location written as a literal address; `None`
     /// for DNS names and UNIX sockets (callers resolve names themselves).
     pub fn ip(&self) -> Option<IpAddr> {
@@ -159,16 +186,16 @@ fn parse_location(text: &str) -> Result<Location, LocationError> {
         if addr.contains('[') || after.contains('[') || after.contains(']') {
             return Err(LocationError::UnbalancedBrackets);
         }
-        let ip: Ipv6Addr = addr.parse().map_err(|_| LocationError::InvalidIpv6)?;
+        // Checked first, as the first thing wrong in the text.
+        if addr.parse::<Ipv6Addr>().is_err() {
+            return Err(LocationError::InvalidIpv6);
+        }
         let port = match after.strip_prefix(':') {
             Some(port) => parse_port(port)?,
             None if after.is_empty() => return Err(LocationError::MissingPort),
             None => return Err(LocationError::UnbalancedBrackets),
         };
-        return Ok(Location::Tcp {
-            host: ip.to_string(),
-            port,
-        });
+        return Location::tcp(addr, port);
     }
     if text.contains('[') || text.contains(']') {
         return Err(LocationError::UnbalancedBrackets);
@@ -193,10 +220,7 @@ fn parse_location(text: &str) -> Result<Location, LocationError> {
         return Err(LocationError::InvalidHost);
     }
     let port = parse_port(port)?;
-    Ok(Location::Tcp {
-        host: host.to_ascii_lowercase(),
-        port,
-    })
+    Location::tcp(host, port)
 }
 
 impl FromStr for Location {

@@ -106,6 +106,37 @@ fn location_errors() {
     }
 }
 
+/// A host and port as a server names them (no brackets around IPv6) make
+/// the location their text parses to: the same normal form, so every
+/// spelling of one address is one location.
+#[test]
+fn tcp_locations_are_those_parsing_makes() {
+    for (host, port, text) in [
+        ("127.0.0.1", 6379, "127.0.0.1:6379"),
+        ("::1", 7000, "[::1]:7000"),
+        ("0:0:0:0:0:0:0:1", 7000, "[::1]:7000"),
+        ("2001:DB8::7", 1, "[2001:db8::7]:1"),
+        ("Redis-A.Example", 7001, "redis-a.example:7001"),
+    ] {
+        let location = Location::tcp(host, port).unwrap_or_else(|e| panic!("{host}: {e}"));
+        assert_eq!(location, text.parse().unwrap(), "{host}");
+        assert_eq!(location.to_string(), text, "{host}");
+    }
+    use LocationError::*;
+    for (host, port, want) in [
+        ("", 1, MissingHost),
+        ("h", 0, InvalidPort),
+        ("bad host", 1, InvalidHost),
+        ("/run/redis.sock", 1, InvalidHost),
+        ("256.1.1.1", 1, InvalidHost),
+        ("a@b", 1, InvalidHost),
+        ("fe80::1%eth0", 1, InvalidIpv6),
+        ("[::1]", 1, InvalidIpv6),
+    ] {
+        assert_eq!(Location::tcp(host, port), Err(want), "{host:?}");
+    }
+}
+
 #[test]
 fn location_error_message_names_value() {
     let err = "127.0.0.1:0".parse::<Location>().unwrap_err();

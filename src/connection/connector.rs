@@ -21,7 +21,7 @@ use crate::tls::Tls;
 pub struct Connector {
     /// Where the server is: the one type for it ([`Location`]).
     location: Location,
-    /// Its text, as logs and stats show it (made once).
+    /// Its text (`Display`), made once for connection errors.
     name: String,
     /// The request sent right after connecting (HELLO / AUTH), if any.
     handshake: Option<Vec<u8>>,
@@ -65,9 +65,9 @@ impl Connector {
         }
     }
 
-    /// The server's location as logs and stats show it.
-    pub fn location(&self) -> &str {
-        &self.name
+    /// Where the server is.
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
     /// Opens a connection (HELLO / AUTH included), counting the outcome.

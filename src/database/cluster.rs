@@ -9,7 +9,7 @@ use super::discovery::{host_of, Cluster};
 use super::execute::Execution;
 use super::lease::Lease;
 use super::{Database, Note};
-use crate::cluster::{redirection, Redirection};
+use crate::cluster::{redirection, Node, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
 use crate::config::Role;
 use crate::connection::{Connection, Failure};
@@ -309,11 +309,11 @@ fn held_reply(effect: Effect, multi: bool) -> Option<Reply> {
     }
 }
 
-/// Whether `topology`'s map has `slot` on the master at `location`.
-fn map_agrees(topology: &Topology, slot: u16, location: &str) -> bool {
+/// Whether `topology`'s map has `slot` on the master at `node`.
+fn map_agrees(topology: &Topology, slot: u16, node: &Node) -> bool {
     let shard = topology.slots.as_ref().and_then(|map| map.shard_of(slot));
     let master = shard.and_then(|shard| topology.servers.get(shard.master));
-    master.is_some_and(|master| master.location() == location)
+    master.is_some_and(|master| node.as_ref() == Ok(master.location()))
 }
 
 /// The node for a command on `slot` (`None`: no key) on attempt `attempt`
@@ -461,7 +461,10 @@ mod tests {
             server(2, 7002, Role::Slave),
             server(3, 7003, Role::Slave),
         ];
-        let slots = map.map(|name| servers.iter().position(|s| s.location() == name).unwrap());
+        let slots = map.map(|node| {
+            let at = node.unwrap();
+            servers.iter().position(|s| *s.location() == at).unwrap()
+        });
         Topology {
             servers,
             slots: Some(Arc::new(slots)),
@@ -506,15 +509,31 @@ mod tests {
     #[test]
     fn a_moved_agrees_with_the_map_when_it_names_the_slot_master() {
         let mut topology = topology();
-        assert!(map_agrees(&topology, 0, "127.0.0.1:7000"));
-        assert!(map_agrees(&topology, 16383, "127.0.0.1:7001"));
-        assert!(!map_agrees(&topology, 0, "127.0.0.1:7001"));
+        assert!(map_agrees(
+            &topology,
+            0,
+            &Ok("127.0.0.1:7000".parse().unwrap())
+        ));
+        assert!(map_agrees(
+            &topology,
+            16383,
+            &Ok("127.0.0.1:7001".parse().unwrap())
+        ));
+        assert!(!map_agrees(
+            &topology,
+            0,
+            &Ok("127.0.0.1:7001".parse().unwrap())
+        ));
         assert!(
-            !map_agrees(&topology, 0, "127.0.0.1:7002"),
+            !map_agrees(&topology, 0, &Ok("127.0.0.1:7002".parse().unwrap())),
             "the replica is not where a MOVED sends"
         );
         topology.slots = None;
-        assert!(!map_agrees(&topology, 0, "127.0.0.1:7000"));
+        assert!(!map_agrees(
+            &topology,
+            0,
+            &Ok("127.0.0.1:7000".parse().unwrap())
+        ));
     }
 
     #[test]

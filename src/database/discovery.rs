@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::execute::Execution;
 use super::{probe_step, within, Database, Note};
-use crate::cluster::{parse_slots, SlotMap};
+use crate::cluster::{parse_slots, Node, SlotMap};
 use crate::config::{Location, Role};
 use crate::error::{Error, Result};
 use crate::server::{Health, Server};
@@ -78,10 +78,14 @@ impl Cluster {
     }
 }
 
-/// The host part of a `host:port` location (brackets of IPv6 removed).
-pub(super) fn host_of(location: &str) -> &str {
-    let host = location.rsplit_once(':').map_or(location, |(host, _)| host);
-    host.trim_start_matches('[').trim_end_matches(']')
+/// The host of a node, for the replies that leave it out (an IPv6 address
+/// without brackets). Cluster nodes are never UNIX sockets (refused at
+/// `vcl.load`): none has a host.
+pub(super) fn host_of(location: &Location) -> &str {
+    match location {
+        Location::Tcp { host, .. } => host,
+        Location::Unix(_) => "",
+    }
 }
 
 impl Database {
@@ -159,7 +163,7 @@ impl Database {
         self.stats.inc(Counter::ClusterDiscoveriesTotal);
         let now = Instant::now();
         let topology = self.topology();
-        let sick: Vec<&str> = topology
+        let sick: Vec<&Location> = topology
             .servers
             .iter()
             .filter(|server| server.health.is_sick(now))
@@ -174,7 +178,7 @@ impl Database {
         masters.sort_by_key(|server| sick.contains(&server.location()));
         let mut nodes: Vec<Location> = masters
             .iter()
-            .filter_map(|server| server.location().parse().ok())
+            .map(|server| server.location().clone())
             .collect();
         for seed in cluster.seeds.lock().iter() {
             if !nodes.contains(seed) {
@@ -190,7 +194,11 @@ impl Database {
         // probe: they count what commands use.
         let probe_stats = Stats::default();
         let mut failures: Vec<String> = Vec::new();
-        let mut stale: Option<(String, SlotMap<String>)> = None;
+        let mut stale: Option<(String, SlotMap<Node>)> = None;
+        let names_sick = |map: &SlotMap<Node>| {
+            let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
+            masters.any(|master| master.is_ok_and(|master| sick.contains(&master)))
+        };
         for location in nodes.iter().take(MAX_NODES_ASKED) {
             let asked = location.to_string();
             let answer = self
@@ -201,12 +209,12 @@ impl Database {
                     conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
                         .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
                 })
-                .and_then(|reply| parse_slots(&reply, host_of(&asked)));
+                .and_then(|reply| parse_slots(&reply, host_of(location)));
             match answer {
                 Ok(map) if map.shards.is_empty() => {
                     failures.push(format!("{asked}: no slot assigned"));
                 }
-                Ok(map) if map.shards.iter().any(|s| sick.contains(&s.master.as_str())) => {
+                Ok(map) if names_sick(&map) => {
                     if self.config.debug {
                         x.note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
@@ -239,7 +247,7 @@ impl Database {
         Err(text.into())
     }
 
-    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<String>, x: &mut Execution) {
+    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<Node>, x: &mut Execution) {
         if self.config.debug {
             x.note(Note::Debug(&format!(
                 "cluster slots from {asked}: {} shards, {} nodes",
@@ -255,24 +263,28 @@ impl Database {
     /// already known keeps its id, health and pool (its role follows the
     /// map), new nodes are added (`servers.total`), and servers the map
     /// leaves out are dropped with their pools once no worker holds them.
-    fn apply_slots(&self, map: SlotMap<String>) {
-        let mut names: Vec<String> = Vec::new();
-        for name in map.nodes() {
-            if !names.contains(name) {
-                names.push(name.clone());
+    fn apply_slots(&self, map: SlotMap<Node>) {
+        let mut nodes: Vec<&Node> = Vec::new();
+        for node in map.nodes() {
+            if !nodes.contains(&node) {
+                nodes.push(node);
             }
         }
-        let masters: Vec<String> = map.shards.iter().map(|s| s.master.clone()).collect();
+        let masters: Vec<&Node> = map.shards.iter().map(|s| &s.master).collect();
         self.servers.update(|current| {
-            let mut servers = Vec::with_capacity(names.len());
-            let mut kept: Vec<&str> = Vec::with_capacity(names.len());
-            for name in &names {
-                let role = if masters.contains(name) {
+            let mut servers = Vec::with_capacity(nodes.len());
+            let mut kept: Vec<&Location> = Vec::with_capacity(nodes.len());
+            for &node in &nodes {
+                // Not a location we can connect to: left out.
+                let Ok(location) = node else {
+                    continue;
+                };
+                let role = if masters.contains(&node) {
                     Role::Master
                 } else {
                     Role::Slave
                 };
-                let server = match current.by_location(name) {
+                let server = match current.by_location(location) {
                     Some(server) if server.declared() == role => server.clone(),
                     Some(server) => Arc::new(Server::new(
                         server.id,
@@ -282,18 +294,13 @@ impl Database {
                         server.weight,
                         server.pool.clone(),
                     )),
-                    None => match self.new_node(name, role) {
-                        Some(server) => server,
-                        // Not a location we can connect to: left out.
-                        None => continue,
-                    },
+                    None => self.new_node(location, role),
                 };
-                kept.push(name);
+                kept.push(location);
                 servers.push(server);
             }
-            let slots = map
-                .clone()
-                .map(|name| kept.iter().position(|k| **k == name).unwrap_or(usize::MAX));
+            let index = |node: Node| node.ok().and_then(|at| kept.iter().position(|k| **k == at));
+            let slots = map.clone().map(|node| index(node).unwrap_or(usize::MAX));
             Some(Topology {
                 servers,
                 slots: Some(Arc::new(slots)),
@@ -301,38 +308,38 @@ impl Database {
         });
     }
 
-    /// A server for a cluster node at `name` (`host:port`) that the
-    /// database did not know, counted in `servers.total`.
-    pub(super) fn new_node(&self, name: &str, role: Role) -> Option<Arc<Server>> {
-        let location: Location = name.parse().ok()?;
-        let connector = self.connector(&location);
+    /// A server for a cluster node at `location` that the database did
+    /// not know, counted in `servers.total`.
+    fn new_node(&self, location: &Location, role: Role) -> Arc<Server> {
+        let connector = self.connector(location);
         let pool = self.pool(&connector);
         self.stats.inc(Counter::ServersTotal);
-        Some(Arc::new(Server::new(
+        Arc::new(Server::new(
             self.servers.new_id(),
             connector,
             role,
             Arc::new(Health::new(self.config.sickness_ttl)),
-            self.subnets.weight(&location),
+            self.subnets.weight(location),
             pool,
-        )))
+        ))
     }
 
-    /// The server at `name`, a redirection's target: known, or added now
+    /// The server at `node`, a redirection's target: known, or added now
     /// (a node the map did not list yet; the next discovery keeps or drops
-    /// it).
-    pub(super) fn cluster_node(&self, name: &str) -> Option<Arc<Server>> {
-        if let Some(server) = self.topology().by_location(name) {
+    /// it). None for a node no location can be made of.
+    pub(super) fn cluster_node(&self, node: &Node) -> Option<Arc<Server>> {
+        let location = node.as_ref().ok()?;
+        if let Some(server) = self.topology().by_location(location) {
             return Some(server.clone());
         }
         let mut found = None;
         self.servers.update(|current| {
-            if let Some(server) = current.by_location(name) {
+            if let Some(server) = current.by_location(location) {
                 found = Some(server.clone());
                 return None;
             }
             // Redirections point at masters.
-            let server = self.new_node(name, Role::Master)?;
+            let server = self.new_node(location, Role::Master);
             found = Some(server.clone());
             let mut servers = current.servers.clone();
             servers.push(server);
@@ -398,10 +405,56 @@ mod tests {
         assert_eq!(db.stats().get(Counter::ServersTotal), 2);
     }
 
+    /// A node whose host `Location` refuses gets no server: its slots have
+    /// none as master, its replicas still serve them.
+    #[test]
+    fn a_node_without_a_location_is_left_out() {
+        use crate::config::{DbArgs, DbConfig};
+        use crate::protocol::Reply;
+
+        let config = DbConfig::from_args(&DbArgs {
+            location: "[::1]:7000",
+            role: "cluster",
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let db = Database::new("c", config).expect("database");
+        let node = |host: &str, port| {
+            Reply::Array(vec![
+                Reply::String(host.as_bytes().to_vec()),
+                Reply::Integer(port),
+            ])
+        };
+        let reply = Reply::Array(vec![Reply::Array(vec![
+            Reply::Integer(0),
+            Reply::Integer(16383),
+            node("bad host", 7001),
+            node("::1", 7000),
+        ])]);
+        db.apply_slots(parse_slots(&reply, "::1").unwrap());
+        let topology = db.topology();
+        let located: Vec<String> = topology
+            .servers
+            .iter()
+            .map(|s| s.location().to_string())
+            .collect();
+        assert_eq!(located, ["[::1]:7000"]);
+        let shard = topology
+            .slots
+            .as_ref()
+            .unwrap()
+            .shard_of(0)
+            .unwrap()
+            .clone();
+        assert_eq!((shard.master, shard.replicas), (usize::MAX, vec![0]));
+        assert_eq!(topology.servers[0].role(), Role::Slave);
+    }
+
     #[test]
     fn hosts_of_locations() {
-        assert_eq!(host_of("127.0.0.1:7000"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:7000"), "::1");
-        assert_eq!(host_of("redis.example:1"), "redis.example");
+        let host = |text: &str| host_of(&text.parse().unwrap()).to_string();
+        assert_eq!(host("127.0.0.1:7000"), "127.0.0.1");
+        assert_eq!(host("[::1]:7000"), "::1");
+        assert_eq!(host("redis.example:1"), "redis.example");
     }
 }

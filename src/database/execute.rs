@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::lease::{Lease, Pinned, RequestError, TaskConnection};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
-use crate::config::Role;
+use crate::config::{Location, Role};
 use crate::connection::Failure;
 use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::Reply;
@@ -162,7 +162,8 @@ impl Database {
                 .collect();
             let plan = routing::plan(&candidates, master_only, rotation());
             if self.config.debug {
-                let locations: Vec<&str> = topology.servers.iter().map(|s| s.location()).collect();
+                let locations: Vec<&Location> =
+                    topology.servers.iter().map(|s| s.location()).collect();
                 let text = routing::describe(&name, master_only, &locations, &candidates, &plan);
                 x.note(Note::Debug(&text));
             }

@@ -194,7 +194,7 @@ impl Database {
     /// reports, with `discover=true`): workers routing on an older snapshot
     /// finish with it; its pool closes when the last of them lets it go.
     /// False when there is no such server.
-    pub(crate) fn remove_server(&self, location: &str) -> bool {
+    pub(crate) fn remove_server(&self, location: &Location) -> bool {
         let mut removed = false;
         self.servers.update(|current| {
             if current.slots.is_some() {

@@ -18,18 +18,18 @@ pub(crate) struct Master {
 /// What the thread remembers between messages.
 pub(crate) struct Knowledge {
     /// Addresses down for Sentinel: sick while in either set.
-    sdown: HashSet<String>,
-    odown: HashSet<String>,
+    sdown: HashSet<Location>,
+    odown: HashSet<Location>,
     /// Per database (same index as the list the thread was given), the
     /// servers that discovery added: only these are ever removed.
-    discovered: Vec<HashSet<String>>,
+    discovered: Vec<HashSet<Location>>,
     discover: bool,
 }
 
 /// Calls `change` on every server of `dbs` at `addr`.
 fn each_server(
     dbs: &[Arc<Database>],
-    addr: &str,
+    addr: &Location,
     mut change: impl FnMut(&Database, &crate::server::Server),
 ) {
     for db in dbs {
@@ -50,12 +50,12 @@ impl Knowledge {
         }
     }
 
-    fn is_down(&self, addr: &str) -> bool {
+    fn is_down(&self, addr: &Location) -> bool {
         self.sdown.contains(addr) || self.odown.contains(addr)
     }
 
     /// Gives the servers at `addr` the health Sentinel says.
-    fn apply_down(&self, dbs: &[Arc<Database>], addr: &str, log: &mut Vec<String>) {
+    fn apply_down(&self, dbs: &[Arc<Database>], addr: &Location, log: &mut Vec<String>) {
         let down = self.is_down(addr);
         each_server(dbs, addr, |db, server| {
             let now = std::time::Instant::now();
@@ -68,7 +68,7 @@ impl Knowledge {
         });
     }
 
-    fn apply_role(dbs: &[Arc<Database>], addr: &str, role: Role, log: &mut Vec<String>) {
+    fn apply_role(dbs: &[Arc<Database>], addr: &Location, role: Role, log: &mut Vec<String>) {
         each_server(dbs, addr, |db, server| {
             let before = server.role();
             server.set_role_by_sentinel(role);
@@ -121,7 +121,7 @@ impl Knowledge {
         if self.discover {
             self.discover_replicas(masters, dbs, &mut log);
         }
-        let before: HashSet<String> = self.sdown.union(&self.odown).cloned().collect();
+        let before: HashSet<Location> = self.sdown.union(&self.odown).cloned().collect();
         self.sdown.clear();
         self.odown.clear();
         let every = masters.iter().flat_map(|m| {
@@ -156,11 +156,11 @@ impl Knowledge {
     ) {
         for (index, db) in dbs.iter().enumerate() {
             let topology = db.topology();
-            let mut wanted: HashSet<&str> = HashSet::new();
+            let mut wanted: HashSet<&Location> = HashSet::new();
             let mut missing = Vec::new();
             // Held: a server the VCL declared (not one discovery added)
             // is this master or one of its replicas.
-            let declared = |addr: &str| {
+            let declared = |addr: &Location| {
                 topology.by_location(addr).is_some() && !self.discovered[index].contains(addr)
             };
             for m in masters {
@@ -177,9 +177,9 @@ impl Knowledge {
                     }
                 }
             }
-            let gone: Vec<String> = self.discovered[index]
+            let gone: Vec<Location> = self.discovered[index]
                 .iter()
-                .filter(|addr| !wanted.contains(addr.as_str()))
+                .filter(|addr| !wanted.contains(addr))
                 .cloned()
                 .collect();
             for addr in gone {
@@ -197,14 +197,17 @@ impl Knowledge {
         }
     }
 
-    fn add(&mut self, index: usize, db: &Database, addr: &str, role: Role, log: &mut Vec<String>) {
-        let added = addr
-            .parse::<Location>()
-            .map_err(crate::error::Error::from)
-            .and_then(|location| db.add_server(&location, role));
-        match added {
+    fn add(
+        &mut self,
+        index: usize,
+        db: &Database,
+        addr: &Location,
+        role: Role,
+        log: &mut Vec<String>,
+    ) {
+        match db.add_server(addr, role) {
             Ok(()) => {
-                self.discovered[index].insert(addr.to_string());
+                self.discovered[index].insert(addr.clone());
                 // Sentinel may have said it was down before it was added.
                 let down = self.is_down(addr);
                 if let Some(server) = db.topology().by_location(addr) {
@@ -241,16 +244,20 @@ mod tests {
         Arc::new(db)
     }
 
+    fn at(text: &str) -> Location {
+        text.parse().unwrap()
+    }
+
     fn state(db: &Database, addr: &str) -> Option<(Role, bool)> {
         let topology = db.topology();
-        let server = topology.by_location(addr)?;
+        let server = topology.by_location(&at(addr))?;
         Some((server.role(), server.health.is_sick(Instant::now())))
     }
 
     fn reported(addr: &str, sdown: bool) -> Reported {
         Reported {
             name: String::new(),
-            addr: addr.into(),
+            addr: at(addr),
             sdown,
             odown: false,
         }
@@ -261,7 +268,7 @@ mod tests {
         let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
         let mut knowledge = Knowledge::new(1, false);
         let event = |kind, down| Event::Down {
-            addr: M.into(),
+            addr: at(M),
             kind,
             down,
         };
@@ -293,8 +300,8 @@ mod tests {
         knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),
-                old: old_addr.clone(),
-                new: new_addr.clone(),
+                old: at(&old_addr),
+                new: at(&new_addr),
             },
             &dbs,
         );
@@ -346,8 +353,8 @@ mod tests {
         let log = knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),
-                old: M.into(),
-                new: R1.into(),
+                old: at(M),
+                new: at(R1),
             },
             &dbs,
         );
@@ -368,7 +375,7 @@ mod tests {
         let mut knowledge = Knowledge::new(1, false);
         knowledge.on_event(
             &Event::Down {
-                addr: R1.into(),
+                addr: at(R1),
                 kind: Down::Subjective,
                 down: true,
             },
@@ -424,8 +431,8 @@ mod tests {
         knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),
-                old: M.into(),
-                new: R1.into(),
+                old: at(M),
+                new: at(R1),
             },
             &dbs,
         );

@@ -1,7 +1,7 @@
 //! What Sentinel says, parsed: its Pub/Sub messages and its answers to
 //! `SENTINEL masters` / `SENTINEL replicas <name>`. Addresses come out as
-//! the text a server's location shows (`ip:port`, `[ipv6]:port`), so they
-//! compare with the locations the VCL registered.
+//! [`Location`]s, normalised as the VCL's are, so they compare with the
+//! locations the VCL registered.
 use crate::config::Location;
 use crate::protocol::Reply;
 
@@ -17,15 +17,15 @@ pub(crate) enum Down {
 pub(crate) enum Event {
     /// `+sdown` / `-sdown` / `+odown` / `-odown` about a master or replica.
     Down {
-        addr: String,
+        addr: Location,
         kind: Down,
         down: bool,
     },
     /// `+switch-master <name> <old ip> <old port> <new ip> <new port>`.
     SwitchMaster {
         name: String,
-        old: String,
-        new: String,
+        old: Location,
+        new: Location,
     },
 }
 
@@ -45,20 +45,11 @@ pub(crate) const PATTERNS: [&str; 6] = [
     "+promoted-slave",
 ];
 
-/// `ip` and `port` as a location's text, or None when they are not an
-/// address and a port.
-pub(crate) fn address(ip: &str, port: &str) -> Option<String> {
-    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
-    if ip.is_empty() || ip.contains(char::is_whitespace) {
-        return None;
-    }
-    Some(
-        Location::Tcp {
-            host: ip.to_string(),
-            port,
-        }
-        .to_string(),
-    )
+/// `ip` and `port` as a location, or None when they are not an address
+/// (or host name) and a port.
+pub(crate) fn address(ip: &str, port: &str) -> Option<Location> {
+    let port: u16 = port.parse().ok()?;
+    Location::tcp(ip, port).ok()
 }
 
 fn text(reply: &Reply) -> Option<&str> {
@@ -128,7 +119,7 @@ pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
 pub(crate) struct Reported {
     /// The master's name (`SENTINEL masters`); empty for a replica.
     pub name: String,
-    pub addr: String,
+    pub addr: Location,
     pub sdown: bool,
     pub odown: bool,
 }
@@ -173,6 +164,10 @@ pub(crate) fn parse_instances(reply: &Reply) -> Option<Vec<Reported>> {
 mod tests {
     use super::*;
 
+    fn at(text: &str) -> Location {
+        text.parse().unwrap()
+    }
+
     fn s(text: &str) -> Reply {
         Reply::String(text.as_bytes().to_vec())
     }
@@ -186,7 +181,7 @@ mod tests {
         assert_eq!(
             parse_message(&pmessage("+sdown", "master main 127.0.0.1 6379")),
             Some(Event::Down {
-                addr: "127.0.0.1:6379".into(),
+                addr: at("127.0.0.1:6379"),
                 kind: Down::Subjective,
                 down: true
             })
@@ -197,7 +192,7 @@ mod tests {
                 "master main 127.0.0.1 6379 #quorum 1/2"
             )),
             Some(Event::Down {
-                addr: "127.0.0.1:6379".into(),
+                addr: at("127.0.0.1:6379"),
                 kind: Down::Objective,
                 down: false
             })
@@ -208,7 +203,7 @@ mod tests {
                 "slave 127.0.0.1:6380 127.0.0.1 6380 @ main 127.0.0.1 6379"
             )),
             Some(Event::Down {
-                addr: "127.0.0.1:6380".into(),
+                addr: at("127.0.0.1:6380"),
                 kind: Down::Subjective,
                 down: true
             })
@@ -216,10 +211,31 @@ mod tests {
         assert_eq!(
             parse_message(&pmessage("+sdown", "slave r ::1 6380 @ main ::1 6379")),
             Some(Event::Down {
-                addr: "[::1]:6380".into(),
+                addr: at("[::1]:6380"),
                 kind: Down::Subjective,
                 down: true
             })
+        );
+        // Normalised as the VCL's locations are; no location, no event.
+        assert_eq!(
+            parse_message(&pmessage("+odown", "master main 0:0:0:0:0:0:0:1 6379")),
+            Some(Event::Down {
+                addr: at("[::1]:6379"),
+                kind: Down::Objective,
+                down: true
+            })
+        );
+        assert_eq!(
+            parse_message(&pmessage("+sdown", "master main Redis-A 6379")),
+            Some(Event::Down {
+                addr: at("redis-a:6379"),
+                kind: Down::Subjective,
+                down: true
+            })
+        );
+        assert_eq!(
+            parse_message(&pmessage("+sdown", "master main a/b 6379")),
+            None
         );
         // A Sentinel going down is no server of ours.
         assert_eq!(
@@ -240,8 +256,8 @@ mod tests {
             )),
             Some(Event::SwitchMaster {
                 name: "main".into(),
-                old: "127.0.0.1:6379".into(),
-                new: "127.0.0.1:6380".into()
+                old: at("127.0.0.1:6379"),
+                new: at("127.0.0.1:6380")
             })
         );
         assert_eq!(
@@ -263,8 +279,8 @@ mod tests {
             )),
             Some(Event::SwitchMaster {
                 name: "main".into(),
-                old: "127.0.0.1:6379".into(),
-                new: "127.0.0.1:6380".into()
+                old: at("127.0.0.1:6379"),
+                new: at("127.0.0.1:6380")
             })
         );
         assert_eq!(
@@ -317,13 +333,13 @@ mod tests {
             Some(vec![
                 Reported {
                     name: "main".into(),
-                    addr: "127.0.0.1:6379".into(),
+                    addr: at("127.0.0.1:6379"),
                     sdown: false,
                     odown: false
                 },
                 Reported {
                     name: "other".into(),
-                    addr: "127.0.0.1:6390".into(),
+                    addr: at("127.0.0.1:6390"),
                     sdown: true,
                     odown: true
                 },
