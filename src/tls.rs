@@ -21,9 +21,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-/// The TLS arguments as given in VCL ("" = not set).
+/// The TLS arguments of `redis.db()` and `redis.sentinels()` (the same
+/// six in both) as given in VCL ("" = not set).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TlsArgs<'a> {
+    /// `tls`: without it the other arguments are ignored, as the C VMOD
+    /// does.
+    pub enabled: bool,
     pub cafile: &'a str,
     pub capath: &'a str,
     pub certfile: &'a str,
@@ -78,8 +82,19 @@ impl PartialEq for Tls {
 }
 
 impl Tls {
-    /// Reads and checks the material.
-    pub fn load(args: &TlsArgs) -> Result<Tls, TlsError> {
+    /// The TLS settings the arguments ask for: `None` without `tls=true`,
+    /// else the material read and checked. The one check of the `tls*`
+    /// arguments, for `redis.db()` and `redis.sentinels()` alike.
+    pub fn from_args(args: &TlsArgs) -> Result<Option<Tls>, TlsError> {
+        if args.enabled {
+            Tls::load(args).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Reads and checks the material, whatever `enabled` says.
+    pub(crate) fn load(args: &TlsArgs) -> Result<Tls, TlsError> {
         let roots = roots(args)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider)

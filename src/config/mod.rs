@@ -11,6 +11,7 @@ mod location;
 mod sentinel;
 mod subnets;
 
+pub use crate::tls::TlsArgs;
 pub(crate) use location::redact_credentials;
 pub use location::{Location, LocationError};
 pub use sentinel::{SentinelArgs, SentinelConfig};
@@ -190,12 +191,7 @@ pub struct DbArgs<'a> {
     pub shared_connections: bool,
     pub max_connections: i64,
     pub protocol: &'a str,
-    pub tls: bool,
-    pub tls_cafile: &'a str,
-    pub tls_capath: &'a str,
-    pub tls_certfile: &'a str,
-    pub tls_keyfile: &'a str,
-    pub tls_sni: &'a str,
+    pub tls: TlsArgs<'a>,
     pub user: &'a str,
     pub password: Secret<&'a str>,
     pub sickness_ttl: i64,
@@ -219,12 +215,7 @@ impl Default for DbArgs<'_> {
             shared_connections: true,
             max_connections: 128,
             protocol: "default",
-            tls: false,
-            tls_cafile: "",
-            tls_capath: "",
-            tls_certfile: "",
-            tls_keyfile: "",
-            tls_sni: "",
+            tls: TlsArgs::default(),
             user: "",
             password: Secret(""),
             sickness_ttl: 60,
@@ -288,20 +279,6 @@ pub struct DbConfig {
     pub max_cluster_hops: u32,
     pub debug: bool,
     pub pipelining: bool,
-}
-
-/// The TLS settings of `redis.db()` or `redis.sentinels()`: loaded and
-/// checked with `tls=true`; without it the `tls_*` arguments are ignored,
-/// as the C VMOD does.
-fn tls_of(
-    enabled: bool,
-    files: crate::tls::TlsArgs,
-) -> Result<Option<crate::tls::Tls>, ConfigError> {
-    Ok(if enabled {
-        Some(crate::tls::Tls::load(&files)?)
-    } else {
-        None
-    })
 }
 
 /// A non-negative count that fits in u32.
@@ -373,23 +350,14 @@ impl DbConfig {
         }
         let max_connections = count("max_connections", args.max_connections)?;
         let protocol: Protocol = args.protocol.parse()?;
-        if args.tls {
+        if args.tls.enabled {
             if let Some(Location::Unix(path)) = &location {
                 return Err(ConfigError::TlsOverUnix {
                     location: path.display().to_string(),
                 });
             }
         }
-        let tls = tls_of(
-            args.tls,
-            crate::tls::TlsArgs {
-                cafile: args.tls_cafile,
-                capath: args.tls_capath,
-                certfile: args.tls_certfile,
-                keyfile: args.tls_keyfile,
-                sni: args.tls_sni,
-            },
-        )?;
+        let tls = crate::tls::Tls::from_args(&args.tls)?;
         // As the C VMOD: no password, no AUTH, and so no user either
         // (commands then get the server's NOAUTH error reply if it wants one).
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));

@@ -2,7 +2,7 @@
 //! `vcl_init`: a bad value fails `vcl.load` naming the argument.
 use std::time::Duration;
 
-use super::{optional, tls_of, ConfigError, Location, LocationError, Protocol, Secret};
+use super::{optional, ConfigError, Location, LocationError, Protocol, Secret, TlsArgs};
 
 /// The VCL arguments of `redis.sentinels()` as varnishd passes them (NULL
 /// strings already mapped to ""; `locations` already taken from
@@ -14,12 +14,7 @@ pub struct SentinelArgs<'a> {
     pub connection_timeout: i64,
     pub command_timeout: i64,
     pub protocol: &'a str,
-    pub tls: bool,
-    pub tls_cafile: &'a str,
-    pub tls_capath: &'a str,
-    pub tls_certfile: &'a str,
-    pub tls_keyfile: &'a str,
-    pub tls_sni: &'a str,
+    pub tls: TlsArgs<'a>,
     pub password: Secret<&'a str>,
     pub discover: bool,
 }
@@ -33,12 +28,7 @@ impl Default for SentinelArgs<'_> {
             connection_timeout: 500,
             command_timeout: 0,
             protocol: "default",
-            tls: false,
-            tls_cafile: "",
-            tls_capath: "",
-            tls_certfile: "",
-            tls_keyfile: "",
-            tls_sni: "",
+            tls: TlsArgs::default(),
             password: Secret(""),
             discover: false,
         }
@@ -94,16 +84,7 @@ impl SentinelConfig {
             Duration::from_millis,
         )?;
         let protocol: Protocol = args.protocol.parse()?;
-        let tls = tls_of(
-            args.tls,
-            crate::tls::TlsArgs {
-                cafile: args.tls_cafile,
-                capath: args.tls_capath,
-                certfile: args.tls_certfile,
-                keyfile: args.tls_keyfile,
-                sni: args.tls_sni,
-            },
-        )?;
+        let tls = crate::tls::Tls::from_args(&args.tls)?;
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
         Ok(Some(SentinelConfig {
             locations,
@@ -197,8 +178,11 @@ mod tests {
         );
         assert!(bad(SentinelArgs {
             locations: ok,
-            tls: true,
-            tls_cafile: "/nonexistent/ca.pem",
+            tls: TlsArgs {
+                enabled: true,
+                cafile: "/nonexistent/ca.pem",
+                ..TlsArgs::default()
+            },
             ..Default::default()
         })
         .contains("tls_cafile"));

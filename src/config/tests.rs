@@ -562,30 +562,40 @@ fn argument_errors() {
 fn tls_material_is_checked_only_with_tls_true() {
     let base = args("127.0.0.1:6379");
     // Ignored without tls=true, as the C VMOD does.
+    let tls = TlsArgs {
+        enabled: true,
+        ..TlsArgs::default()
+    };
     let c = DbConfig::from_args(&DbArgs {
-        tls_cafile: "/nonexistent/ca.pem",
-        tls_sni: "bad name!",
+        tls: TlsArgs {
+            enabled: false,
+            cafile: "/nonexistent/ca.pem",
+            sni: "bad name!",
+            ..tls
+        },
         ..base
     })
     .unwrap();
     assert!(c.tls.is_none());
     assert_eq!(
         err(DbArgs {
-            tls: true,
-            tls_cafile: "/nonexistent/ca.pem",
+            tls: TlsArgs {
+                cafile: "/nonexistent/ca.pem",
+                ..tls
+            },
             ..base
         }),
         "tls_cafile \"/nonexistent/ca.pem\": no such file or directory"
     );
     assert_eq!(
         err(DbArgs {
-            tls: true,
+            tls,
             ..args("/run/redis.sock")
         }),
         "tls=true needs a host:port location, not the UNIX socket \"/run/redis.sock\""
     );
     // System roots by default.
-    let c = DbConfig::from_args(&DbArgs { tls: true, ..base }).unwrap();
+    let c = DbConfig::from_args(&DbArgs { tls, ..base }).unwrap();
     assert!(c.tls.is_some());
 }
 
@@ -594,7 +604,10 @@ fn first_bad_argument_is_reported() {
     let a = DbArgs {
         connection_timeout: -1,
         max_connections: 0,
-        tls: true,
+        tls: TlsArgs {
+            enabled: true,
+            ..TlsArgs::default()
+        },
         ..args("127.0.0.1:6379")
     };
     assert!(err(a).starts_with("connection_timeout"));

@@ -71,6 +71,7 @@ const SLACK: Duration = Duration::from_secs(1);
 
 fn tls_connector(files: &Material, addr: &str, connect_timeout: Duration) -> Connector {
     let tls = Tls::load(&TlsArgs {
+        enabled: true,
         cafile: text(&files.ca),
         capath: "",
         certfile: "",

@@ -11,6 +11,7 @@
 //! `VRT_CTX` of the call; `priv_vcl` / `priv_task` are this VMOD's slots
 //! for the VCL and the task; `obj` is NULL or what `vmod_db__init` stored;
 //! STRING / ENUM arguments are NULL or NUL-terminated, valid for the call.
+use std::borrow::Cow;
 use std::ffi::{c_char, c_int};
 use std::ptr;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use super::bindings::{
 };
 use super::ctx::{slot_of, Ctx};
 use super::{arg_bytes, arg_str, guard};
-use crate::config::{DbArgs, Secret, SentinelArgs};
+use crate::config::{DbArgs, Secret, SentinelArgs, TlsArgs};
 use crate::database::Database;
 use crate::protocol::{Reply, ReplyKind};
 use crate::stats::PrometheusOptions;
@@ -57,6 +58,39 @@ unsafe fn proxied(
 
 fn vcl_bool(value: bool) -> VCL_BOOL {
     VCL_BOOL::from(value)
+}
+
+/// The `tls_*` strings of `redis.db()` and `redis.sentinels()` (the same
+/// five in both), turned into text once; both build their [`TlsArgs`]
+/// from it.
+struct TlsStrings<'a>([Cow<'a, str>; 5]);
+
+impl TlsStrings<'_> {
+    /// # Safety
+    /// Each argument is NULL or a NUL-terminated string valid for the call.
+    unsafe fn new(
+        cafile: VCL_STRING,
+        capath: VCL_STRING,
+        certfile: VCL_STRING,
+        keyfile: VCL_STRING,
+        sni: VCL_STRING,
+    ) -> Self {
+        // SAFETY: the caller's contract is arg_str's.
+        TlsStrings([cafile, capath, certfile, keyfile, sni].map(|arg| unsafe { arg_str(arg) }))
+    }
+
+    /// The TLS arguments, `tls` the BOOL that turns them on.
+    fn args(&self, tls: VCL_BOOL) -> TlsArgs<'_> {
+        let [cafile, capath, certfile, keyfile, sni] = &self.0;
+        TlsArgs {
+            enabled: tls != 0,
+            cafile,
+            capath,
+            certfile,
+            keyfile,
+            sni,
+        }
+    }
 }
 
 /// Generates a method `vmod_db_<name>(ctx, obj, args...)` and its proxied
@@ -181,23 +215,16 @@ pub unsafe extern "C" fn vmod_sentinels(
             let Some(vcl) = slot_of::<VclState>(priv_vcl) else {
                 return;
             };
-            let (locations, protocol) = (arg_str(locations), arg_str(protocol));
-            let (tls_cafile, tls_capath) = (arg_str(tls_cafile), arg_str(tls_capath));
-            let (tls_certfile, tls_keyfile) = (arg_str(tls_certfile), arg_str(tls_keyfile));
-            let (tls_sni, password) = (arg_str(tls_sni), arg_str(password));
+            let tls_strings =
+                TlsStrings::new(tls_cafile, tls_capath, tls_certfile, tls_keyfile, tls_sni);
             let args = SentinelArgs {
-                locations: &locations,
+                locations: &arg_str(locations),
                 period,
                 connection_timeout,
                 command_timeout,
-                protocol: &protocol,
-                tls: tls != 0,
-                tls_cafile: &tls_cafile,
-                tls_capath: &tls_capath,
-                tls_certfile: &tls_certfile,
-                tls_keyfile: &tls_keyfile,
-                tls_sni: &tls_sni,
-                password: Secret(&password),
+                protocol: &arg_str(protocol),
+                tls: tls_strings.args(tls),
+                password: Secret(&arg_str(password)),
                 discover: discover != 0,
             };
             vcl::sentinels(ctx, vcl, &args);
@@ -260,6 +287,8 @@ pub unsafe extern "C" fn vmod_db__init(
                 return;
             };
             *out = ptr::null_mut();
+            let tls_strings =
+                TlsStrings::new(tls_cafile, tls_capath, tls_certfile, tls_keyfile, tls_sni);
             let args = DbArgs {
                 location: &arg_str(location),
                 role: &arg_str(role),
@@ -270,12 +299,7 @@ pub unsafe extern "C" fn vmod_db__init(
                 shared_connections: shared_connections != 0,
                 max_connections,
                 protocol: &arg_str(protocol),
-                tls: tls != 0,
-                tls_cafile: &arg_str(tls_cafile),
-                tls_capath: &arg_str(tls_capath),
-                tls_certfile: &arg_str(tls_certfile),
-                tls_keyfile: &arg_str(tls_keyfile),
-                tls_sni: &arg_str(tls_sni),
+                tls: tls_strings.args(tls),
                 user: &arg_str(user),
                 password: Secret(&arg_str(password)),
                 sickness_ttl,

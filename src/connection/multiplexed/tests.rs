@@ -339,6 +339,7 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
 
     let (redis, port, files) = crate::testing::tls_redis("mux-stack");
     let tls = Tls::load(&TlsArgs {
+        enabled: true,
         cafile: text(&files.ca),
         capath: "",
         certfile: "",
