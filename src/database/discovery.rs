@@ -18,7 +18,7 @@ use super::{probe_step, within, Database, Note};
 use crate::cluster::{parse_slots, SlotMap};
 use crate::config::{Location, Role};
 use crate::error::{Error, Result};
-use crate::server::{Health, Server};
+use crate::server::Server;
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
 
@@ -274,14 +274,7 @@ impl Database {
                 };
                 let server = match current.by_location(name) {
                     Some(server) if server.declared() == role => server.clone(),
-                    Some(server) => Arc::new(Server::new(
-                        server.id,
-                        server.connector.clone(),
-                        role,
-                        server.health.clone(),
-                        server.weight,
-                        server.pool.clone(),
-                    )),
+                    Some(server) => Arc::new(server.redeclared(role)),
                     None => match self.new_node(name, role) {
                         Some(server) => server,
                         // Not a location we can connect to: left out.
@@ -305,17 +298,8 @@ impl Database {
     /// database did not know, counted in `servers.total`.
     pub(super) fn new_node(&self, name: &str, role: Role) -> Option<Arc<Server>> {
         let location: Location = name.parse().ok()?;
-        let connector = self.connector(&location);
-        let pool = self.pool(&connector);
         self.stats.inc(Counter::ServersTotal);
-        Some(Arc::new(Server::new(
-            self.servers.new_id(),
-            connector,
-            role,
-            Arc::new(Health::new(self.config.sickness_ttl)),
-            self.subnets.weight(&location),
-            pool,
-        )))
+        Some(Arc::new(self.new_server(&location, role)))
     }
 
     /// The server at `name`, a redirection's target: known, or added now

@@ -15,13 +15,17 @@ const STATE_FIELDS: &[&str] = &[
 /// Flags of a client in a state a task must not leave (`CLIENT LIST`
 /// documentation): b blocked, d watched keys modified, e no-evict, O
 /// monitor, P Pub/Sub, r read-only (cluster), R, t, B tracking, T
-/// no-touch, x in MULTI, c close after reply.
+/// no-touch, x in MULTI, c close after reply. (`r` on a cluster
+/// replica's connections is the VMOD's own doing, not a task's: every
+/// connection to one gets `READONLY` when it is checked out.)
 const STATE_FLAGS: &str = "bdeOPrRtBTxc";
 
 /// One server's clients, read by a connection of the checker's own.
 pub(crate) struct ClientList {
     pub(crate) port: u16,
-    conn: Option<(RedisConn, i64)>,
+    /// The checker's connection, its client id, and whether the server
+    /// is a replica.
+    conn: Option<(RedisConn, i64, bool)>,
     /// Field values of the VMOD's connections before the sweep.
     baseline: BTreeMap<String, Vec<String>>,
 }
@@ -42,9 +46,11 @@ impl ClientList {
             let mut conn = RedisConn::open(self.port)?;
             let id = conn.cmd(&["CLIENT", "ID"])?;
             let id = id.trim_start_matches(':').parse().unwrap_or(-1);
-            self.conn = Some((conn, id));
+            let replica = conn.cmd(&["INFO", "replication"])?.contains("role:slave");
+            self.conn = Some((conn, id, replica));
         }
-        let (conn, me) = self.conn.as_mut().expect("connected");
+        let (conn, me, replica) = self.conn.as_mut().expect("connected");
+        let replica = *replica;
         let text = match conn.cmd(&["CLIENT", "LIST"]) {
             Ok(text) => text,
             Err(e) => {
@@ -65,6 +71,14 @@ impl ClientList {
             .filter(|c| {
                 let flags = c.get("flags").map(String::as_str).unwrap_or("");
                 !flags.contains('M') && !flags.contains('S')
+            })
+            .map(|mut c| {
+                if replica {
+                    if let Some(flags) = c.get_mut("flags") {
+                        flags.retain(|f| f != 'r');
+                    }
+                }
+                c
             })
             .collect())
     }
