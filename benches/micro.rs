@@ -279,6 +279,7 @@ impl ManageConnection for Reuse<'_> {
         &self,
         conn: Connection,
         _timeout: Option<Duration>,
+        _deadline: Option<Instant>,
     ) -> Result<Connection, ConnectError> {
         Ok(conn)
     }

@@ -111,6 +111,7 @@ where
         &self,
         conn: crate::connection::Connection,
         _timeout: Option<std::time::Duration>,
+        _deadline: Option<std::time::Instant>,
     ) -> Result<crate::connection::Connection, E> {
         Ok(conn)
     }

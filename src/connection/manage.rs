@@ -24,27 +24,37 @@ pub trait ManageConnection {
     fn is_usable(&self, conn: &mut Connection, now: Instant) -> bool;
 
     /// Makes a connection ready for the server's commands before it takes
-    /// any, each request bounded by `timeout` (e.g. `READONLY` on a
-    /// cluster replica, once per connection). A failure drops it.
+    /// any (e.g. `READONLY` on a cluster replica, once per connection),
+    /// each request bounded by `timeout` and by `deadline`, taken when it
+    /// is sent. A failure drops it.
     fn prepare(
         &self,
         conn: Connection,
         timeout: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Result<Connection, Self::Error>;
 
-    /// `idle` if it is still usable, else a new connection; prepared.
+    /// The first of the `idle` connections still usable (the others are
+    /// dropped on the way), else a new one opened by `deadline`; prepared
+    /// with `timeout`, by `deadline`.
     fn checkout(
         &self,
-        idle: Option<Connection>,
+        idle: &mut dyn Iterator<Item = Connection>,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> Result<Connection, Self::Error> {
-        if let Some(mut conn) = idle {
-            if self.is_usable(&mut conn, Instant::now()) {
-                return self.prepare(conn, timeout);
+        let now = Instant::now();
+        let mut usable = None;
+        for mut conn in idle {
+            if self.is_usable(&mut conn, now) {
+                usable = Some(conn);
+                break;
             }
         }
-        let conn = self.connect(deadline)?;
-        self.prepare(conn, timeout)
+        let conn = match usable {
+            Some(conn) => conn,
+            None => self.connect(deadline)?,
+        };
+        self.prepare(conn, timeout, deadline)
     }
 }

@@ -13,7 +13,7 @@ use super::shared::SharedPool;
 /// servers.
 pub(crate) enum Connections {
     /// `shared_connections=false`: in the VCL's per-thread lists.
-    Private(Arc<PrivateSlot>),
+    Private(PrivateSlot),
     /// A bounded pool shared by all workers.
     Pooled(Arc<SharedPool>),
     /// [ext] `pipelining=true`.

@@ -478,9 +478,14 @@ impl Multiplexed {
         let checked_out = match idle {
             // Replies still owed: this connection, whatever its age.
             Some(conn) if !quiet => Ok(conn),
-            idle => checkout
-                .manager
-                .checkout(idle, checkout.open_by, checkout.timeout),
+            idle => {
+                let Checkout {
+                    manager,
+                    open_by,
+                    timeout,
+                } = checkout;
+                manager.checkout(&mut idle.into_iter(), *open_by, *timeout)
+            }
         };
         let mut conn = match checked_out {
             Ok(conn) => {

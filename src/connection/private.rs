@@ -11,6 +11,7 @@
 //! shared by those databases, and when a thread would keep more, its least
 //! recently used connection is closed and counted in
 //! `connections.dropped.overflow` of the database it belonged to.
+use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,7 @@ impl PrivateConnections {
 
 /// One server's place in the per-thread lists of its VCL: what a worker
 /// needs to take its connection there and give it back.
+#[derive(Clone)]
 pub struct PrivateSlot {
     lists: Arc<PrivateConnections>,
     owner: Owner,
@@ -101,11 +103,12 @@ pub struct PrivateSlot {
     stats: Weak<Stats>,
 }
 
-/// A private connection held for one command (or by a task across VCL
-/// calls, hence owned): dropping it gives it back to its thread's list,
-/// unless it broke or was retired.
-pub struct PrivateLease {
-    slot: Arc<PrivateSlot>,
+/// A private connection held for one command, borrowing its server's
+/// slot (nothing shared between threads is touched), or by a task across
+/// VCL calls ([`PrivateLease::into_owned`]). Dropping it gives the
+/// connection back to its thread's list, unless it broke or was retired.
+pub struct PrivateLease<'a> {
+    slot: Cow<'a, PrivateSlot>,
     conn: Option<Connection>,
 }
 
@@ -125,24 +128,24 @@ impl PrivateSlot {
     }
 
     /// This thread's connection to the server, checked out by `manager`:
-    /// the idle one if still usable, else a new one opened by `deadline`;
-    /// prepared with `timeout`.
+    /// its first idle one still usable (the others are dropped), else a
+    /// new one opened by `deadline`; prepared with `timeout`.
     pub fn get<M: ManageConnection + ?Sized>(
-        self: &Arc<Self>,
+        &self,
         manager: &M,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
-    ) -> Result<PrivateLease, M::Error> {
-        let idle = self.lists.take(self.owner);
-        let conn = manager.checkout(idle, deadline, timeout)?;
+    ) -> Result<PrivateLease<'_>, M::Error> {
+        let mut idle = std::iter::from_fn(|| self.lists.take(self.owner));
+        let conn = manager.checkout(&mut idle, deadline, timeout)?;
         Ok(PrivateLease {
-            slot: Arc::clone(self),
+            slot: Cow::Borrowed(self),
             conn: Some(conn),
         })
     }
 }
 
-impl PrivateLease {
+impl PrivateLease<'_> {
     pub fn conn(&mut self) -> &mut Connection {
         self.conn
             .as_mut()
@@ -152,9 +155,17 @@ impl PrivateLease {
     pub fn is_broken(&self) -> bool {
         self.conn.as_ref().map_or(true, Connection::is_broken)
     }
+
+    /// The lease with its own copy of the slot, for a task to keep.
+    pub fn into_owned(mut self) -> PrivateLease<'static> {
+        PrivateLease {
+            slot: Cow::Owned(self.slot.as_ref().clone()),
+            conn: self.conn.take(),
+        }
+    }
 }
 
-impl Drop for PrivateLease {
+impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
             let slot = &self.slot;

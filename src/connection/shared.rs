@@ -81,7 +81,8 @@ impl SharedPool {
 
     /// A usable connection, waiting in line until `deadline` at most:
     /// `manager` checks out the most recently used idle connection (if
-    /// any) or opens one by `deadline`, and prepares it with `timeout`.
+    /// any) or opens one by `deadline`, and prepares it with `timeout`
+    /// (also ending by `deadline`).
     /// When that fails, its error is returned and the worker's place goes
     /// to the next one.
     pub fn get<M: ManageConnection + ?Sized>(
@@ -113,7 +114,7 @@ impl SharedPool {
             self.open.fetch_sub(1, Ordering::Relaxed);
         }
         let conn = manager
-            .checkout(idle, deadline, timeout)
+            .checkout(&mut idle.into_iter(), deadline, timeout)
             .map_err(PoolError::Checkout)?;
         self.open.fetch_add(1, Ordering::Relaxed);
         self.leased.fetch_add(1, Ordering::Relaxed);

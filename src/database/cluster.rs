@@ -234,7 +234,7 @@ impl Database {
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
         let shares = !asking && !multi && x.found.shares(x.command);
-        let mut lease = self.lease(server, shares, x.deadline, x.request_timeout())?;
+        let mut lease = self.lease(server, shares, x.deadline, x.timeout)?;
         if asking {
             self.request(&mut lease, server, ASKING, x.request_timeout())?;
         }
@@ -371,13 +371,13 @@ mod tests {
         let standalone_replica = standalone.new_server(&location, Role::Slave);
         let prepared = |server: &Server| {
             let conn = server.connect(None).unwrap();
-            server.prepare(conn, timeout).unwrap()
+            server.prepare(conn, timeout, None).unwrap()
         };
 
         let conn = prepared(&replica);
         assert!(conn.readonly_sent());
         assert_eq!(readonly_calls(), 1);
-        let mut conn = replica.prepare(conn, timeout).unwrap();
+        let mut conn = replica.prepare(conn, timeout, None).unwrap();
         assert_eq!(readonly_calls(), 1, "not twice on one connection");
         let ping = conn.request(b"*1\r\n$4\r\nPING\r\n", timeout).unwrap();
         assert_eq!(ping, Reply::Status("PONG".into()));

@@ -297,7 +297,7 @@ impl Database {
         master_only: bool,
     ) -> Result<Outcome<'a>> {
         let shares = x.found.shares(x.command);
-        let mut lease = self.lease(server, shares, x.deadline, x.request_timeout())?;
+        let mut lease = self.lease(server, shares, x.deadline, x.timeout)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
             match self.request(&mut lease, server, ROLE, x.request_timeout())? {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{within, Database};
+use super::Database;
 use crate::connection::multiplexed::Multiplexed;
 use crate::connection::private::PrivateLease;
 use crate::connection::shared::SharedLease;
@@ -22,7 +22,7 @@ use crate::stats::{Counter, Stats};
 /// Execution only talks to the server through these methods, never through
 /// the connection itself.
 pub(super) enum Lease<'a> {
-    Private(PrivateLease),
+    Private(PrivateLease<'a>),
     Shared(SharedLease),
     Multiplexed(MuxLease<'a>),
 }
@@ -118,7 +118,7 @@ impl Lease<'_> {
     /// commands that leave nothing to keep.
     pub(super) fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Option<Pinned> {
         let held = match self {
-            Lease::Private(lease) => Held::Private(lease),
+            Lease::Private(lease) => Held::Private(lease.into_owned()),
             Lease::Shared(lease) => Held::Shared(lease),
             Lease::Multiplexed(_) => return None,
         };
@@ -152,7 +152,7 @@ pub(super) struct Pinned {
 }
 
 enum Held {
-    Private(PrivateLease),
+    Private(PrivateLease<'static>),
     Shared(SharedLease),
 }
 
@@ -189,7 +189,7 @@ impl Database {
     /// `pipelining=true`, a place on a multiplexed connection when
     /// `shares` (the command may share one, and need not follow another
     /// request on its connection, as after `ASKING`). A connection is
-    /// prepared (`READONLY`) with `timeout`.
+    /// prepared (`READONLY`) with the request `timeout`, by `deadline`.
     pub(super) fn lease<'a>(
         &'a self,
         server: &'a Server,
@@ -232,7 +232,7 @@ impl Database {
         else {
             return;
         };
-        let timeout = within(self.config.command_timeout, until);
+        let timeout = self.config.command_timeout;
         let Ok(mut lease) = self.lease(server, false, until, timeout) else {
             return;
         };

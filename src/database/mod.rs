@@ -226,7 +226,7 @@ impl Database {
         let config = &self.config;
         let pool = || SharedPool::new(connector.location().to_string(), config.max_connections);
         let connections = match (config.shared_connections, config.pipelining) {
-            (false, _) => Connections::Private(Arc::new(PrivateSlot::new(
+            (false, _) => Connections::Private(PrivateSlot::new(
                 self.private.clone(),
                 Owner {
                     db: self.id,
@@ -234,7 +234,7 @@ impl Database {
                 },
                 config.max_connections,
                 Arc::downgrade(&self.stats),
-            ))),
+            )),
             (true, false) => Connections::Pooled(Arc::new(pool())),
             (true, true) => Connections::Pipelined(Pipelined::new(pool())),
         };

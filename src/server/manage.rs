@@ -73,11 +73,13 @@ impl ManageConnection for Server {
         &self,
         mut conn: Connection,
         timeout: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Result<Connection, Error> {
         if !self.policy.readonly_replicas || self.role() != Role::Slave || conn.readonly_sent() {
             return Ok(conn);
         }
         conn.set_readonly_sent();
+        let timeout = within(timeout, deadline);
         match conn.request(READONLY, timeout) {
             Ok(_) if !conn.is_broken() => Ok(conn),
             Ok(_) => {

@@ -230,7 +230,7 @@ impl Server {
             readonly_replicas: false,
         };
         let health = Arc::new(Health::new(Duration::from_secs(60)));
-        let connections = Arc::new(Connections::Private(Arc::new(slot)));
+        let connections = Arc::new(Connections::Private(slot));
         Server::new(id, connector, role, health, 0, policy, connections)
     }
 }

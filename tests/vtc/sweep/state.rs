@@ -23,9 +23,8 @@ const STATE_FLAGS: &str = "bdeOPrRtBTxc";
 /// One server's clients, read by a connection of the checker's own.
 pub(crate) struct ClientList {
     pub(crate) port: u16,
-    /// The checker's connection, its client id, and whether the server
-    /// is a replica.
-    conn: Option<(RedisConn, i64, bool)>,
+    /// The checker's connection and its client id.
+    conn: Option<(RedisConn, i64)>,
     /// Field values of the VMOD's connections before the sweep.
     baseline: BTreeMap<String, Vec<String>>,
 }
@@ -46,12 +45,13 @@ impl ClientList {
             let mut conn = RedisConn::open(self.port)?;
             let id = conn.cmd(&["CLIENT", "ID"])?;
             let id = id.trim_start_matches(':').parse().unwrap_or(-1);
-            let replica = conn.cmd(&["INFO", "replication"])?.contains("role:slave");
-            self.conn = Some((conn, id, replica));
+            self.conn = Some((conn, id));
         }
-        let (conn, me, replica) = self.conn.as_mut().expect("connected");
-        let replica = *replica;
-        let text = match conn.cmd(&["CLIENT", "LIST"]) {
+        let (conn, me) = self.conn.as_mut().expect("connected");
+        // Asked each time: a role may change during a sweep.
+        let role = conn.cmd(&["INFO", "replication"]);
+        let replica = role.as_ref().is_ok_and(|info| info.contains("role:slave"));
+        let text = match role.and_then(|_| conn.cmd(&["CLIENT", "LIST"])) {
             Ok(text) => text,
             Err(e) => {
                 self.conn = None;
