@@ -45,7 +45,7 @@ impl From<PoolError<Error>> for Error {
     fn from(err: PoolError<Error>) -> Self {
         match err {
             PoolError::Timeout(timeout) => timeout.into(),
-            PoolError::Refresh(err) => err,
+            PoolError::Checkout(err) => err,
         }
     }
 }

@@ -79,3 +79,40 @@ pub fn tls_redis(tag: &str) -> (RedisProcess, String, crate::tls::testing::Mater
     let redis = RedisProcess::start_with(Some(tls), &[]);
     (redis, port.to_string(), files)
 }
+
+/// A [`ManageConnection`](crate::connection::ManageConnection) for tests of
+/// the connection layer: opens with its function, takes any idle
+/// connection back, prepares nothing.
+pub struct Opener<F>(pub F);
+
+impl<E, F> crate::connection::ManageConnection for Opener<F>
+where
+    E: std::fmt::Display,
+    F: Fn() -> Result<crate::connection::Connection, E>,
+{
+    type Error = E;
+
+    fn connect(
+        &self,
+        _deadline: Option<std::time::Instant>,
+    ) -> Result<crate::connection::Connection, E> {
+        (self.0)()
+    }
+
+    fn is_usable(
+        &self,
+        _conn: &mut crate::connection::Connection,
+        _now: std::time::Instant,
+    ) -> bool {
+        true
+    }
+
+    fn prepare(
+        &self,
+        conn: crate::connection::Connection,
+        _timeout: Option<std::time::Duration>,
+        _deadline: Option<std::time::Instant>,
+    ) -> Result<crate::connection::Connection, E> {
+        Ok(conn)
+    }
+}

@@ -8,7 +8,7 @@ use crate::config::{Location, Protocol, Role};
 use crate::connection::{Connection, Connector};
 use crate::protocol::Command;
 use crate::protocol::Reply;
-use crate::server::{Health, Server};
+use crate::server::Server;
 use crate::stats::Stats;
 use crate::testing::RedisProcess;
 
@@ -489,23 +489,19 @@ fn every_listed_command_has_a_decision_and_getkeys_agree() {
 }
 
 fn server(redis: &RedisProcess, user: Option<(&str, &str)>) -> Server {
+    use crate::config::{DbArgs, DbConfig, Secret};
+    use crate::database::Database;
+    let (user, password) = user.unwrap_or(("", ""));
+    let config = DbConfig::from_args(&DbArgs {
+        role: "master",
+        user,
+        password: Secret(password),
+        ..DbArgs::default()
+    })
+    .expect("valid config");
+    let db = Database::new("t", config).expect("database");
     let location = redis.location().parse::<Location>().unwrap();
-    let connector = Connector::new(
-        &location,
-        user.map(|u| u.0),
-        user.map(|u| u.1),
-        Protocol::Default,
-        None,
-        None,
-    );
-    Server::new(
-        7,
-        connector,
-        Role::Master,
-        std::sync::Arc::new(Health::new(std::time::Duration::from_secs(1))),
-        0,
-        None,
-    )
+    db.new_server(&location, Role::Master)
 }
 
 fn command_calls(redis: &RedisProcess) -> usize {

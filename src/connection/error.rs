@@ -55,12 +55,27 @@ pub struct PoolTimeout {
     pub(crate) pool_size: u32,
 }
 
-/// Why a shared pool gave no connection: its wait ended, or the caller's
-/// `refresh` (which opens one) failed with `E`.
+/// Why a shared pool gave no connection: its wait ended, or its manager's
+/// checkout (open or prepare a connection) failed with `E`.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError<E> {
     #[error("{0}")]
     Timeout(PoolTimeout),
     #[error("{0}")]
-    Refresh(E),
+    Checkout(E),
+}
+
+/// Why a request on a lease of a connection got no reply.
+#[derive(Debug)]
+pub enum RequestError<E> {
+    /// No connection could be opened or prepared (a multiplexed connection
+    /// opens when a worker drives it): the manager's error.
+    Connect(E),
+    /// This worker's own write or read failed, and the connection with
+    /// it: count it as dropped.
+    Failed(Failure),
+    /// No reply, but the connection was not dropped by this worker: its
+    /// wait ended at its deadline, or another worker's read failed (and
+    /// counted the drop).
+    Collateral(Failure),
 }

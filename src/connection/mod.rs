@@ -11,14 +11,22 @@
 //! recursion and within size limits. What a server's refusal may show in
 //! a log is cut in `redact.rs`.
 //!
+//! How a server's workers hold its connections is one type,
+//! [`Connections`] (`modes.rs`). The pools open, check and prepare
+//! connections through one trait, [`ManageConnection`] (`manage.rs`),
+//! which the server implements: the pools know nothing of databases.
+//!
 //! The layer has its own errors (`error.rs`): [`Failure`] of a request,
-//! [`ConnectError`] of an opening, [`PoolTimeout`] of a shared pool's wait.
-//! `crate::error::Error` converts from them; nothing here reads it, and the
-//! pools pass on, as it is, whatever error their caller's `refresh` gives.
+//! [`ConnectError`] of an opening, [`PoolTimeout`] of a shared pool's wait,
+//! [`RequestError`] of a request on a lease. `crate::error::Error` converts
+//! from them; nothing here reads it, and the pools pass on, as it is,
+//! whatever error their manager gives.
 mod connector;
 mod error;
 mod gate;
 pub(crate) mod lookup;
+mod manage;
+mod modes;
 pub(crate) mod multiplexed;
 pub mod private;
 mod redact;
@@ -29,12 +37,14 @@ use std::io;
 use std::time::{Duration, Instant};
 
 pub use connector::Connector;
-pub use error::{ConnectError, Failure, PoolError, PoolTimeout};
+pub use error::{ConnectError, Failure, PoolError, PoolTimeout, RequestError};
+pub use manage::ManageConnection;
+pub(crate) use modes::{Connections, Pipelined};
 // For the VCL and Sentinel layers, which unit-test builds leave out.
 #[cfg(not(test))]
 pub(crate) use redact::loggable_error;
-pub(crate) use stream::Limit;
 use stream::Stream;
+pub(crate) use stream::{within, Limit};
 
 use crate::protocol::{resp, Reply};
 

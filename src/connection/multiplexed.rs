@@ -28,11 +28,11 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Connection, Failure, Limit};
+use super::{Connection, Failure, Limit, ManageConnection, RequestError};
 use crate::protocol::resp::ProtocolError;
 use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
@@ -224,17 +224,14 @@ impl Slot {
     }
 }
 
-/// Why a multiplexed request got no reply.
-#[derive(Debug)]
-pub(crate) enum MuxError<E> {
-    /// Opening the connection failed (the error of the connect).
-    Connect(E),
-    /// This worker's own write or read failed, and the connection with
-    /// it: count it as dropped.
-    Failed(Failure),
-    /// No reply, but the connection was not dropped by this worker: its
-    /// wait ended at its deadline, or another worker's read failed.
-    Collateral(Failure),
+/// How the worker that drives gets the connection when nothing is in
+/// flight on it: its request's bounds for the server's manager.
+struct Checkout<'m, E> {
+    manager: &'m dyn ManageConnection<Error = E>,
+    /// The end of the whole command, for opening a connection.
+    open_by: Option<Instant>,
+    /// The request's timeout, for preparing one.
+    timeout: Option<Duration>,
 }
 
 /// The same failure for every request the connection took down with it.
@@ -404,17 +401,25 @@ impl Multiplexed {
         usize::from(!state.driving && state.conn.take().is_some())
     }
 
-    /// Sends one packed request and waits for its reply until `deadline`
-    /// (none: as long as it takes). `refresh` gets the idle connection (or
-    /// none) when nothing is in flight on it, and returns it if it is still
-    /// good, else a new one; it runs on the worker that drives.
+    /// Sends one packed request and waits for its reply for `timeout`
+    /// (none: as long as it takes). The worker that drives while nothing is
+    /// in flight has `manager` check out the connection: the idle one if
+    /// still usable, else a new one opened by `open_by`; prepared.
     pub(crate) fn request<E: fmt::Display>(
         &self,
         packed: &[u8],
-        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+        open_by: Option<Instant>,
+        manager: &dyn ManageConnection<Error = E>,
         stats: &Stats,
-        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, E>,
-    ) -> Result<Reply, MuxError<E>> {
+    ) -> Result<Reply, RequestError<E>> {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let checkout = Checkout {
+            manager,
+            open_by,
+            timeout,
+        };
+        let checkout = &checkout;
         let slot = Slot::new(deadline);
         {
             let mut state = self.state.lock();
@@ -423,15 +428,15 @@ impl Multiplexed {
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(&slot, stats, refresh);
+                return self.drive(&slot, stats, checkout);
             }
         }
         loop {
             if let Some(result) = slot.take() {
-                return result.map_err(MuxError::Collateral);
+                return result.map_err(RequestError::Collateral);
             }
             if slot.drive.load(Ordering::Acquire) {
-                return self.drive(&slot, stats, refresh);
+                return self.drive(&slot, stats, checkout);
             }
             match deadline {
                 None => thread::park(),
@@ -443,14 +448,14 @@ impl Multiplexed {
                     }
                     let state = self.state.lock();
                     if let Some(result) = slot.take() {
-                        return result.map_err(MuxError::Collateral);
+                        return result.map_err(RequestError::Collateral);
                     }
                     if slot.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(&slot, stats, refresh);
+                        return self.drive(&slot, stats, checkout);
                     }
                     slot.abandoned.store(true, Ordering::Relaxed);
-                    return Err(MuxError::Collateral(Failure::Timeout));
+                    return Err(RequestError::Collateral(Failure::Timeout));
                 }
             }
         }
@@ -462,20 +467,27 @@ impl Multiplexed {
         &self,
         mine: &Arc<Slot>,
         stats: &Stats,
-        refresh: &mut dyn FnMut(Option<Connection>) -> Result<Connection, E>,
-    ) -> Result<Reply, MuxError<E>> {
+        checkout: &Checkout<'_, E>,
+    ) -> Result<Reply, RequestError<E>> {
         mine.drive.store(false, Ordering::Relaxed);
         let (idle, quiet) = {
             let mut state = self.state.lock();
             (state.conn.take(), state.in_flight.is_empty())
         };
         let idle_created = idle.as_ref().map(Connection::created);
-        let refreshed = match idle {
+        let checked_out = match idle {
             // Replies still owed: this connection, whatever its age.
             Some(conn) if !quiet => Ok(conn),
-            idle => refresh(idle),
+            idle => {
+                let Checkout {
+                    manager,
+                    open_by,
+                    timeout,
+                } = checkout;
+                manager.checkout(&mut idle.into_iter(), *open_by, *timeout)
+            }
         };
-        let mut conn = match refreshed {
+        let mut conn = match checked_out {
             Ok(conn) => {
                 if idle_created != Some(conn.created()) {
                     self.state.lock().role_asked = false;
@@ -497,7 +509,7 @@ impl Multiplexed {
                     }
                 }
                 self.pass_driving(&mut state, None);
-                return Err(MuxError::Connect(err));
+                return Err(RequestError::Connect(err));
             }
         };
         loop {
@@ -537,11 +549,11 @@ impl Multiplexed {
                         // on, with theirs.
                         mine.abandoned.store(true, Ordering::Relaxed);
                         if self.pass_driving(&mut state, Some(conn)) {
-                            return Err(MuxError::Collateral(Failure::Timeout));
+                            return Err(RequestError::Collateral(Failure::Timeout));
                         }
                         // Nobody else waits: the connection, which still
                         // owes this reply, was closed.
-                        return Err(MuxError::Failed(Failure::Timeout));
+                        return Err(RequestError::Failed(Failure::Timeout));
                     }
                 }
                 Err(failure) => Err(failure),
@@ -571,7 +583,7 @@ impl Multiplexed {
                             return mine
                                 .take()
                                 .expect("a released slot holds its reply")
-                                .map_err(MuxError::Failed);
+                                .map_err(RequestError::Failed);
                         }
                     }
                     self.pass_driving(&mut state, Some(conn));
@@ -579,7 +591,7 @@ impl Multiplexed {
                     return mine
                         .take()
                         .expect("a released slot holds its reply")
-                        .map_err(MuxError::Failed);
+                        .map_err(RequestError::Failed);
                 }
                 Err(failure) => return Err(self.condemn(&mut state, mine, failure)),
             }
@@ -589,7 +601,7 @@ impl Multiplexed {
     /// Closes the connection (the caller drops it) after `failure`: every
     /// request written on it fails, held replies included; requests not
     /// written yet go to a new connection. Returns `mine`'s error.
-    fn condemn<E>(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> MuxError<E> {
+    fn condemn<E>(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> RequestError<E> {
         let mut mine_failed = None;
         let written = std::mem::take(&mut state.in_flight);
         let requests = written.into_iter().filter_map(|entry| match entry {
@@ -606,7 +618,7 @@ impl Multiplexed {
         }
         state.held = 0;
         self.pass_driving(state, None);
-        MuxError::Failed(mine_failed.unwrap_or(failure))
+        RequestError::Failed(mine_failed.unwrap_or(failure))
     }
 
     /// Ends this worker's driving: the oldest worker still waiting drives

@@ -11,12 +11,14 @@
 //! shared by those databases, and when a thread would keep more, its least
 //! recently used connection is closed and counted in
 //! `connections.dropped.overflow` of the database it belonged to.
-use std::sync::Weak;
+use std::borrow::Cow;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use atomic_refcell::AtomicRefCell;
 use thread_local::ThreadLocal;
 
-use super::Connection;
+use super::{Connection, ManageConnection};
 use crate::stats::{Counter, Stats};
 
 /// Which database object and which of its servers a connection goes to.
@@ -74,8 +76,8 @@ impl PrivateConnections {
     }
 
     /// Closes every idle connection of database `db` in every thread (VCL
-    /// cold). Lists in use at that moment, which Varnish rules out, are
-    /// skipped.
+    /// cold), also to servers it no longer has. Lists in use at that
+    /// moment, which Varnish rules out, are skipped.
     pub(crate) fn close_idle(&self, db: u64) -> usize {
         self.per_thread
             .iter()
@@ -86,5 +88,89 @@ impl PrivateConnections {
                 before - list.len()
             })
             .sum()
+    }
+}
+
+/// One server's place in the per-thread lists of its VCL: what a worker
+/// needs to take its connection there and give it back.
+#[derive(Clone)]
+pub struct PrivateSlot {
+    lists: Arc<PrivateConnections>,
+    owner: Owner,
+    /// The owner's `max_connections`: what a thread keeps in total.
+    budget: u32,
+    /// The owner's counters (`connections.dropped.overflow`).
+    stats: Weak<Stats>,
+}
+
+/// A private connection held for one command, borrowing its server's
+/// slot (nothing shared between threads is touched), or by a task across
+/// VCL calls ([`PrivateLease::into_owned`]). Dropping it gives the
+/// connection back to its thread's list, unless it broke or was retired.
+pub struct PrivateLease<'a> {
+    slot: Cow<'a, PrivateSlot>,
+    conn: Option<Connection>,
+}
+
+impl PrivateSlot {
+    pub fn new(
+        lists: Arc<PrivateConnections>,
+        owner: Owner,
+        budget: u32,
+        stats: Weak<Stats>,
+    ) -> Self {
+        PrivateSlot {
+            lists,
+            owner,
+            budget,
+            stats,
+        }
+    }
+
+    /// This thread's connection to the server, checked out by `manager`:
+    /// its first idle one still usable (the others are dropped), else a
+    /// new one opened by `deadline`; prepared with `timeout`.
+    pub fn get<M: ManageConnection + ?Sized>(
+        &self,
+        manager: &M,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<PrivateLease<'_>, M::Error> {
+        let mut idle = std::iter::from_fn(|| self.lists.take(self.owner));
+        let conn = manager.checkout(&mut idle, deadline, timeout)?;
+        Ok(PrivateLease {
+            slot: Cow::Borrowed(self),
+            conn: Some(conn),
+        })
+    }
+}
+
+impl PrivateLease<'_> {
+    pub fn conn(&mut self) -> &mut Connection {
+        self.conn
+            .as_mut()
+            .expect("a lease holds an open connection")
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.conn.as_ref().map_or(true, Connection::is_broken)
+    }
+
+    /// The lease with its own copy of the slot, for a task to keep.
+    pub fn into_owned(mut self) -> PrivateLease<'static> {
+        PrivateLease {
+            slot: Cow::Owned(self.slot.as_ref().clone()),
+            conn: self.conn.take(),
+        }
+    }
+}
+
+impl Drop for PrivateLease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+            let slot = &self.slot;
+            slot.lists
+                .give_back(slot.owner, slot.stats.clone(), conn, slot.budget);
+        }
     }
 }

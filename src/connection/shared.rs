@@ -17,13 +17,12 @@
 //! entries on a background thread pool, which discard had to wait for.)
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::gate::{Admission, FairGate, Permit};
-use super::multiplexed::Multiplexed;
-use super::{Connection, PoolError, PoolTimeout};
+use super::{Connection, ManageConnection, PoolError, PoolTimeout};
 use crate::stats::{Counter, Stats};
 
 /// Most connections a pool holds, whatever `max_connections` says: a
@@ -47,11 +46,6 @@ pub struct SharedPool {
     open: AtomicU32,
     /// Leases out right now (each holds an open connection).
     leased: AtomicU32,
-    /// [ext] `pipelining=true`: `max_connections` connections that many
-    /// workers' commands share at once; the connections above then serve
-    /// only the commands that cannot share one (transactions, state,
-    /// blocking commands).
-    multiplexed: Box<[Multiplexed]>,
 }
 
 /// An open connection held for one command (or by a task across VCL
@@ -77,40 +71,27 @@ impl SharedPool {
             gate: Arc::new(FairGate::new(max_size)),
             open: AtomicU32::new(0),
             leased: AtomicU32::new(0),
-            multiplexed: Box::default(),
         }
     }
 
-    /// A pool whose commands share `max_size` multiplexed connections
-    /// ([ext] `pipelining=true`), plus the usual pool for the commands that
-    /// cannot share one.
-    pub fn pipelined(location: String, max_size: u32) -> Self {
-        let mut pool = Self::new(location, max_size);
-        pool.multiplexed = (0..pool.max_size).map(|_| Multiplexed::default()).collect();
-        pool
-    }
-
-    /// The multiplexed connection for a worker of this `rotation`, when the
-    /// pool pipelines: each worker thread keeps to one, and the threads
-    /// spread evenly over them.
-    pub(crate) fn multiplexed(&self, rotation: usize) -> Option<&Multiplexed> {
-        match self.multiplexed.len() {
-            0 => None,
-            n => self.multiplexed.get(rotation % n),
-        }
+    /// The most connections it holds.
+    pub(crate) fn max_size(&self) -> u32 {
+        self.max_size
     }
 
     /// A usable connection, waiting in line until `deadline` at most:
-    /// `refresh` gets
-    /// the most recently used idle connection (if any) and returns it if it
-    /// is still good, else a new one. When `refresh` fails, its error is
-    /// returned and the worker's place goes to the next one.
-    pub fn get<E>(
+    /// `manager` checks out the most recently used idle connection (if
+    /// any) or opens one by `deadline`, and prepares it with `timeout`
+    /// (also ending by `deadline`).
+    /// When that fails, its error is returned and the worker's place goes
+    /// to the next one.
+    pub fn get<M: ManageConnection + ?Sized>(
         self: &Arc<Self>,
         stats: &Stats,
+        manager: &M,
         deadline: Option<Instant>,
-        refresh: impl FnOnce(Option<Connection>) -> Result<Connection, E>,
-    ) -> Result<SharedLease, PoolError<E>> {
+        timeout: Option<Duration>,
+    ) -> Result<SharedLease, PoolError<M::Error>> {
         let started = Instant::now();
         let Some((permit, admission)) = self.gate.acquire(deadline) else {
             stats.inc(Counter::WorkersBlocked);
@@ -132,7 +113,9 @@ impl SharedPool {
         if idle.is_some() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         }
-        let conn = refresh(idle).map_err(PoolError::Refresh)?;
+        let conn = manager
+            .checkout(&mut idle.into_iter(), deadline, timeout)
+            .map_err(PoolError::Checkout)?;
         self.open.fetch_add(1, Ordering::Relaxed);
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {
@@ -152,25 +135,14 @@ impl SharedPool {
             std::mem::take(&mut *idle)
         };
         self.open.fetch_sub(closed.len() as u32, Ordering::Relaxed);
-        let multiplexed: usize = self.multiplexed.iter().map(Multiplexed::close_idle).sum();
-        closed.len() + multiplexed
-    }
-
-    /// [ext] Commands on the multiplexed connections not answered yet.
-    pub fn commands_in_flight(&self) -> usize {
-        self.multiplexed.iter().map(Multiplexed::in_flight).sum()
+        closed.len()
     }
 
     /// Connections open to the server, and idle among them, for stats.
     pub fn state(&self) -> (u32, u32) {
         let open = self.open.load(Ordering::Relaxed);
         let leased = self.leased.load(Ordering::Relaxed);
-        let (mut mux_open, mut mux_idle) = (0, 0);
-        for mux in self.multiplexed.iter().filter(|mux| mux.is_open()) {
-            mux_open += 1;
-            mux_idle += u32::from(mux.in_flight() == 0);
-        }
-        (open + mux_open, open.saturating_sub(leased) + mux_idle)
+        (open, open.saturating_sub(leased))
     }
 }
 

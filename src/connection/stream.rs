@@ -10,6 +10,19 @@ use std::time::{Duration, Instant};
 use self::tls::TlsStream;
 use crate::tls::Tls;
 
+/// `timeout` shortened so that it ends by `deadline`, if there is one.
+pub(crate) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    match deadline {
+        None => timeout,
+        Some(deadline) => {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            Some(timeout.map_or(left, |timeout| timeout.min(left)))
+        }
+    }
+}
+
 /// When an exchange on a connection (or the opening of one) must be
 /// over. Every socket wait is armed with the time left before it, so that
 /// neither one wait nor their sum (a reply, a TLS record arriving a byte at

@@ -61,8 +61,9 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::connection::multiplexed::{Multiplexed, MuxError};
-use crate::testing::{tls_redis, RedisProcess};
+use crate::connection::multiplexed::Multiplexed;
+use crate::connection::RequestError;
+use crate::testing::{tls_redis, Opener, RedisProcess};
 use crate::tls::testing::{material, text, Material};
 use crate::tls::{Tls, TlsArgs};
 
@@ -175,7 +176,7 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
     let connector = tls_connector(&files, &proxy.addr, Duration::from_secs(5));
     let stats = Stats::default();
     let mut conn = connector.connect(&stats).expect("TLS connect");
-    let mut piped = Some(connector.connect(&stats).expect("TLS connect"));
+    let piped = parking_lot::Mutex::new(Some(connector.connect(&stats).expect("TLS connect")));
     let get = packed(&[b"GET", b"big"]);
     assert_eq!(
         conn.request(&get, Some(Duration::from_secs(5))).unwrap(),
@@ -191,15 +192,16 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
 
     let mux = Multiplexed::default();
     let started = Instant::now();
-    let result = mux.request(&get, Some(started + timeout), &stats, &mut |_| {
-        piped.take().ok_or(ConnectError {
+    let once = Opener(|| {
+        piped.lock().take().ok_or(ConnectError {
             server: "test".into(),
             detail: "connected once only".into(),
         })
     });
+    let result = mux.request(&get, Some(timeout), None, &once, &stats);
     let waited = started.elapsed();
     assert!(
-        matches!(result, Err(MuxError::Failed(Failure::Timeout))),
+        matches!(result, Err(RequestError::Failed(Failure::Timeout))),
         "{result:?}"
     );
     assert!(waited < timeout + SLACK, "{waited:?}");

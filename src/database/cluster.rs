@@ -3,7 +3,7 @@
 //! retried on failures and on `TRYAGAIN` / `CLUSTERDOWN` replies up to the
 //! retry count. The standalone path (`execute.rs`) never comes here.
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::discovery::{host_of, Cluster};
 use super::execute::Execution;
@@ -11,19 +11,13 @@ use super::lease::Lease;
 use super::{Database, Note};
 use crate::cluster::{redirection, Node, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
-use crate::config::Role;
-use crate::connection::{Connection, Failure};
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::protocol::resp::ProtocolError;
 use crate::protocol::Reply;
 use crate::routing::{self, rotation, Candidate};
 use crate::server::Server;
 use crate::stats::Counter;
 use crate::topology::Topology;
 
-/// The `READONLY` request, packed: a replica serves the reads of a
-/// connection that sent it, and redirects them otherwise.
-const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// `MULTI`, packed: sent held back, before the command that decides the
 /// node of the transaction.
@@ -221,8 +215,8 @@ impl Database {
         }
     }
 
-    /// One attempt on `server`: `READONLY` first on a replica's connection
-    /// that has not had it, `ASKING` first after an `ASK` (then the
+    /// One attempt on `server` (a replica's connection comes with
+    /// `READONLY` sent: `Server::prepare`): `ASKING` first after an `ASK` (then the
     /// command as is: `EVALSHA` then `EVAL` would need a second `ASKING`).
     /// `multi`: `MULTI` first (after `ASKING`, which lasts through a
     /// transaction), on an ordinary connection, which the task keeps.
@@ -240,11 +234,7 @@ impl Database {
         // a migration, rarely enough not to be worth a way to queue two
         // requests as one in the multiplexer.
         let shares = !asking && !multi && x.found.shares(x.command);
-        let mut lease = self.lease(server, shares, x.deadline)?;
-        if server.role() == Role::Slave && !lease.readonly_sent() {
-            lease.set_readonly_sent();
-            self.request(&mut lease, server, READONLY, x.request_timeout())?;
-        }
+        let mut lease = self.lease(server, shares, x.deadline, x.timeout)?;
         if asking {
             self.request(&mut lease, server, ASKING, x.request_timeout())?;
         }
@@ -265,33 +255,6 @@ impl Database {
             self.send(&mut lease, server, x, multi)?
         };
         Ok((reply, lease))
-    }
-
-    /// `conn`, about to carry multiplexed requests to `server`, after a
-    /// `READONLY` on it first if the server is a cluster replica and the
-    /// connection has not had one: every read multiplexed on it then finds
-    /// the mode on, whichever worker sends it. Runs on the worker that
-    /// drives the connection while nothing is in flight on it. As in
-    /// `cluster_attempt`, the reply to `READONLY` is not looked at; a
-    /// failure drops the connection (counted) and fails the request.
-    pub(super) fn readonly_if_replica(
-        &self,
-        server: &Server,
-        mut conn: Connection,
-        timeout: Option<Duration>,
-    ) -> Result<Connection> {
-        if self.cluster.is_none() || server.role() != Role::Slave || conn.readonly_sent() {
-            return Ok(conn);
-        }
-        conn.set_readonly_sent();
-        match conn.request(READONLY, timeout) {
-            Ok(_) if !conn.is_broken() => Ok(conn),
-            Ok(_) => {
-                let stray = ProtocolError::Malformed("bytes after the READONLY reply");
-                Err(self.failed(server, Failure::Protocol(stray), false, timeout))
-            }
-            Err(failure) => Err(self.failed(server, failure, false, timeout)),
-        }
     }
 }
 
@@ -359,25 +322,23 @@ fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::cluster::parse_slots;
-    use crate::config::{Location, Protocol};
-    use crate::connection::Connector;
-    use crate::server::Health;
-    use crate::stats::Stats;
+    use crate::config::{Location, Role};
+    use crate::connection::ManageConnection;
 
     fn server(id: u32, port: u16, role: Role) -> Arc<Server> {
         server_at(id, &format!("127.0.0.1:{port}"), role)
     }
 
     fn server_at(id: u32, location: &str, role: Role) -> Arc<Server> {
-        let location: Location = location.parse().unwrap();
-        let connector = Connector::new(&location, None, None, Protocol::Default, None, None);
-        let health = Arc::new(Health::new(Duration::from_secs(60)));
-        Arc::new(Server::new(id, connector, role, health, 0, None))
+        Arc::new(Server::for_test(id, location, role))
     }
 
-    /// `READONLY` on a multiplexed connection: to a cluster replica only,
-    /// once per connection, and the connection comes back usable.
+    /// `READONLY` when a connection is checked out (leased, or driven on a
+    /// multiplexed connection): to a cluster replica only, once per
+    /// connection, and the connection comes back usable.
     #[test]
     fn readonly_goes_on_a_cluster_replica_connection_once() {
         use crate::config::{DbArgs, DbConfig};
@@ -404,26 +365,25 @@ mod tests {
                 .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
         };
         let timeout = Some(Duration::from_secs(5));
-        let replica = server_at(0, &redis.location(), Role::Slave);
-        let master = server_at(1, &redis.location(), Role::Master);
-        let connect = |server: &Server| server.connector.connect(&Stats::default()).unwrap();
-        let prepared = |db: &Database, server: &Server| {
-            db.readonly_if_replica(server, connect(server), timeout)
-                .unwrap()
+        let location: Location = redis.location().parse().unwrap();
+        let replica = cluster.new_server(&location, Role::Slave);
+        let master = cluster.new_server(&location, Role::Master);
+        let standalone_replica = standalone.new_server(&location, Role::Slave);
+        let prepared = |server: &Server| {
+            let conn = server.connect(None).unwrap();
+            server.prepare(conn, timeout, None).unwrap()
         };
 
-        let conn = prepared(&cluster, &replica);
+        let conn = prepared(&replica);
         assert!(conn.readonly_sent());
         assert_eq!(readonly_calls(), 1);
-        let mut conn = cluster
-            .readonly_if_replica(&replica, conn, timeout)
-            .unwrap();
+        let mut conn = replica.prepare(conn, timeout, None).unwrap();
         assert_eq!(readonly_calls(), 1, "not twice on one connection");
         let ping = conn.request(b"*1\r\n$4\r\nPING\r\n", timeout).unwrap();
         assert_eq!(ping, Reply::Status("PONG".into()));
 
-        assert!(!prepared(&cluster, &master).readonly_sent());
-        assert!(!prepared(&standalone, &replica).readonly_sent());
+        assert!(!prepared(&master).readonly_sent());
+        assert!(!prepared(&standalone_replica).readonly_sent());
         assert_eq!(
             readonly_calls(),
             1,

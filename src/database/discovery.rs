@@ -18,7 +18,7 @@ use super::{probe_step, within, Database, Note};
 use crate::cluster::{parse_slots, Node, SlotMap};
 use crate::config::{Location, Role};
 use crate::error::{Error, Result};
-use crate::server::{Health, Server};
+use crate::server::Server;
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
 
@@ -286,14 +286,7 @@ impl Database {
                 };
                 let server = match current.by_location(location) {
                     Some(server) if server.declared() == role => server.clone(),
-                    Some(server) => Arc::new(Server::new(
-                        server.id,
-                        server.connector.clone(),
-                        role,
-                        server.health.clone(),
-                        server.weight,
-                        server.pool.clone(),
-                    )),
+                    Some(server) => Arc::new(server.redeclared(role)),
                     None => self.new_node(location, role),
                 };
                 kept.push(location);
@@ -311,17 +304,8 @@ impl Database {
     /// A server for a cluster node at `location` that the database did
     /// not know, counted in `servers.total`.
     fn new_node(&self, location: &Location, role: Role) -> Arc<Server> {
-        let connector = self.connector(location);
-        let pool = self.pool(&connector);
         self.stats.inc(Counter::ServersTotal);
-        Arc::new(Server::new(
-            self.servers.new_id(),
-            connector,
-            role,
-            Arc::new(Health::new(self.config.sickness_ttl)),
-            self.subnets.weight(location),
-            pool,
-        ))
+        Arc::new(self.new_server(location, role))
     }
 
     /// The server at `node`, a redirection's target: known, or added now

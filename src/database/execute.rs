@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::lease::{Lease, Pinned, RequestError, TaskConnection};
+use super::lease::{Lease, Pinned, TaskConnection};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
-use crate::connection::Failure;
+use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
@@ -297,7 +297,8 @@ impl Database {
         server: &'a Server,
         master_only: bool,
     ) -> Result<Outcome<'a>> {
-        let mut lease = self.lease(server, x.found.shares(x.command), x.deadline)?;
+        let shares = x.found.shares(x.command);
+        let mut lease = self.lease(server, shares, x.deadline, x.timeout)?;
         if server.wants_role(lease.role_asked()) {
             lease.set_role_asked();
             match self.request(&mut lease, server, ROLE, x.request_timeout())? {
@@ -346,7 +347,7 @@ impl Database {
             );
             x.note(Note::Debug(&text));
         }
-        let mut lease = self.unpin(pinned);
+        let mut lease = pinned.into_lease();
         let in_multi = x.task.session.in_multi();
         match self.send(&mut lease, &server, x, in_multi) {
             Ok(reply) => Ok(self.settle(x, reply, lease, &server)),
@@ -453,44 +454,8 @@ impl Database {
         match result {
             Ok(reply) => Ok(reply),
             Err(RequestError::Connect(err)) => Err(err),
-            Err(RequestError::Failed { failure, counted }) => {
-                Err(self.failed(server, failure, counted || was_broken, timeout))
-            }
-        }
-    }
-
-    /// The error of a request that got no reply on `server`, its
-    /// connection dropped with it (counted here unless `counted`), the
-    /// server made sick.
-    pub(super) fn failed(
-        &self,
-        server: &Server,
-        failure: Failure,
-        counted: bool,
-        timeout: Option<Duration>,
-    ) -> Error {
-        let server_name = server.location().to_string();
-        match failure {
-            Failure::Timeout => {
-                // A server that does not answer in time is avoided like
-                // one that went away, while others can serve.
-                if !counted {
-                    self.stats.inc(Counter::DroppedError);
-                }
-                server.health.mark_failed();
-                return Error::Timeout {
-                    server: server_name,
-                    timeout_ms: timeout.map_or(0, |t| t.as_millis()),
-                };
-            }
-            _ if counted => {}
-            Failure::HungUp(_) => self.stats.inc(Counter::DroppedHungUp),
-            Failure::Io(_) | Failure::Protocol(_) => self.stats.inc(Counter::DroppedError),
-        }
-        server.health.mark_failed();
-        Error::Io {
-            server: server_name,
-            source: failure,
+            Err(RequestError::Failed(failure)) => Err(server.failed(failure, was_broken, timeout)),
+            Err(RequestError::Collateral(failure)) => Err(server.failed(failure, true, timeout)),
         }
     }
 }

@@ -1,13 +1,13 @@
 //! How a command gets a way to run on a server: a lease of a private or
 //! pooled connection, or the connection a task keeps between commands.
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{within, Database};
-use crate::connection::multiplexed::{Multiplexed, MuxError};
-use crate::connection::private::{Owner, PrivateConnections};
+use super::Database;
+use crate::connection::multiplexed::Multiplexed;
+use crate::connection::private::PrivateLease;
 use crate::connection::shared::SharedLease;
-use crate::connection::{Connection, Failure};
+use crate::connection::{Connection, Connections, RequestError};
 use crate::error::{Error, Result};
 use crate::protocol::Reply;
 use crate::routing::rotation;
@@ -30,30 +30,11 @@ pub(super) enum Lease<'a> {
 /// A command's place on a multiplexed connection: what it needs to open
 /// the connection when it is the one to drive and none is open.
 pub(super) struct MuxLease<'a> {
-    db: &'a Database,
     server: &'a Server,
     mux: &'a Multiplexed,
+    stats: &'a Stats,
     /// The end of the whole `execute()`, for connecting.
     deadline: Option<Instant>,
-}
-
-/// Why a request on a lease got no reply.
-pub(super) enum RequestError {
-    /// No connection could be opened (a multiplexed lease connects when it
-    /// drives): the connect's own error, already counted.
-    Connect(Error),
-    /// The request failed. `counted`: the dropped connection it came with
-    /// was counted already (by the worker whose read failed, on a
-    /// multiplexed connection), or the connection was not dropped.
-    Failed { failure: Failure, counted: bool },
-}
-
-pub(super) struct PrivateLease<'a> {
-    connections: &'a PrivateConnections,
-    owner: Owner,
-    stats: Weak<Stats>,
-    budget: u32,
-    conn: Option<Connection>,
 }
 
 impl Lease<'_> {
@@ -62,37 +43,24 @@ impl Lease<'_> {
         &mut self,
         packed: &[u8],
         timeout: Option<Duration>,
-    ) -> std::result::Result<Reply, RequestError> {
-        let failed = |failure| RequestError::Failed {
-            failure,
-            counted: false,
-        };
+    ) -> std::result::Result<Reply, RequestError<Error>> {
         match self {
-            Lease::Private(PrivateLease {
-                conn: Some(conn), ..
-            }) => conn.request(packed, timeout).map_err(failed),
-            Lease::Private(_) => Err(failed(Failure::Io(std::io::ErrorKind::NotConnected.into()))),
-            Lease::Shared(lease) => lease.conn().request(packed, timeout).map_err(failed),
+            Lease::Private(lease) => lease
+                .conn()
+                .request(packed, timeout)
+                .map_err(RequestError::Failed),
+            Lease::Shared(lease) => lease
+                .conn()
+                .request(packed, timeout)
+                .map_err(RequestError::Failed),
             Lease::Multiplexed(lease) => {
-                let now = Instant::now();
-                let deadline = timeout.map(|timeout| now + timeout);
-                let (db, server) = (lease.db, lease.server);
-                let mut refresh = |idle: Option<Connection>| {
-                    let usable = idle.and_then(|conn| db.still_usable(server, conn, now));
-                    let conn = usable.map_or_else(|| db.connect(server, lease.deadline), Ok)?;
-                    db.readonly_if_replica(server, conn, timeout)
-                };
-                lease
-                    .mux
-                    .request(packed, deadline, &db.stats, &mut refresh)
-                    .map_err(|err| match err {
-                        MuxError::Connect(err) => RequestError::Connect(err),
-                        MuxError::Failed(failure) => failed(failure),
-                        MuxError::Collateral(failure) => RequestError::Failed {
-                            failure,
-                            counted: true,
-                        },
-                    })
+                let MuxLease {
+                    server,
+                    mux,
+                    stats,
+                    deadline,
+                } = *lease;
+                mux.request(packed, timeout, deadline, server, stats)
             }
         }
     }
@@ -102,7 +70,7 @@ impl Lease<'_> {
     /// deals with its failures itself.
     pub(super) fn is_broken(&self) -> bool {
         match self {
-            Lease::Private(lease) => lease.conn.as_ref().map_or(true, Connection::is_broken),
+            Lease::Private(lease) => lease.is_broken(),
             Lease::Shared(lease) => lease.is_broken(),
             Lease::Multiplexed(_) => false,
         }
@@ -136,25 +104,10 @@ impl Lease<'_> {
         }
     }
 
-    /// Whether `READONLY` was sent on this connection (cluster replicas).
-    /// Always true of a multiplexed connection: the worker that opens or
-    /// reuses one while nothing is in flight on it sends `READONLY` first
-    /// ([`Database::readonly_if_replica`]), as the mode belongs to the
-    /// connection, not to the worker.
-    pub(super) fn readonly_sent(&mut self) -> bool {
-        self.conn().map_or(true, |conn| conn.readonly_sent())
-    }
-
-    pub(super) fn set_readonly_sent(&mut self) {
-        if let Some(conn) = self.conn() {
-            conn.set_readonly_sent();
-        }
-    }
-
     /// The whole connection this lease holds, if it holds one.
     fn conn(&mut self) -> Option<&mut Connection> {
         match self {
-            Lease::Private(lease) => lease.conn.as_mut(),
+            Lease::Private(lease) => Some(lease.conn()),
             Lease::Shared(lease) => Some(lease.conn()),
             Lease::Multiplexed(_) => None,
         }
@@ -165,7 +118,7 @@ impl Lease<'_> {
     /// commands that leave nothing to keep.
     pub(super) fn pin(self, server: Arc<Server>, stats: &Arc<Stats>) -> Option<Pinned> {
         let held = match self {
-            Lease::Private(mut lease) => Held::Private(lease.conn.take()?),
+            Lease::Private(lease) => Held::Private(lease.into_owned()),
             Lease::Shared(lease) => Held::Shared(lease),
             Lease::Multiplexed(_) => return None,
         };
@@ -174,19 +127,6 @@ impl Lease<'_> {
             held: Some(held),
             stats: stats.clone(),
         })
-    }
-}
-
-impl Drop for PrivateLease<'_> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
-            self.connections.give_back(
-                self.owner,
-                std::mem::take(&mut self.stats),
-                conn,
-                self.budget,
-            );
-        }
     }
 }
 
@@ -212,7 +152,7 @@ pub(super) struct Pinned {
 }
 
 enum Held {
-    Private(Connection),
+    Private(PrivateLease<'static>),
     Shared(SharedLease),
 }
 
@@ -223,10 +163,21 @@ impl Drop for Pinned {
     fn drop(&mut self) {
         if let Some(mut held) = self.held.take() {
             match &mut held {
-                Held::Private(conn) => conn.retire(),
+                Held::Private(lease) => lease.conn().retire(),
                 Held::Shared(lease) => lease.conn().retire(),
             }
             self.stats.inc(Counter::DroppedState);
+        }
+    }
+}
+
+impl Pinned {
+    /// The lease of the pinned connection, to run a command on it and then
+    /// release or pin it again.
+    pub(super) fn into_lease(mut self) -> Lease<'static> {
+        match self.held.take().expect("a pin holds its connection") {
+            Held::Private(lease) => Lease::Private(lease),
+            Held::Shared(lease) => Lease::Shared(lease),
         }
     }
 }
@@ -237,136 +188,30 @@ impl Database {
     /// waiting for a pooled one until `deadline` at most; with [ext]
     /// `pipelining=true`, a place on a multiplexed connection when
     /// `shares` (the command may share one, and need not follow another
-    /// request on its connection, as after `ASKING`).
+    /// request on its connection, as after `ASKING`). A connection is
+    /// prepared (`READONLY`) with the request `timeout`, by `deadline`.
     pub(super) fn lease<'a>(
         &'a self,
         server: &'a Server,
         shares: bool,
         deadline: Option<Instant>,
+        timeout: Option<Duration>,
     ) -> Result<Lease<'a>> {
-        let now = Instant::now();
-        if let Some(pool) = &server.pool {
-            let multiplexed = pool.multiplexed(rotation()).filter(|_| shares);
-            if let Some(mux) = multiplexed {
-                return Ok(Lease::Multiplexed(MuxLease {
-                    db: self,
-                    server,
-                    mux,
-                    deadline,
-                }));
+        Ok(match &*server.connections {
+            Connections::Private(slot) => Lease::Private(slot.get(server, deadline, timeout)?),
+            Connections::Pooled(pool) => {
+                Lease::Shared(pool.get(&self.stats, server, deadline, timeout)?)
             }
-            return pool
-                .get(&self.stats, deadline, |idle| {
-                    let usable = idle.and_then(|conn| self.still_usable(server, conn, now));
-                    usable.map_or_else(|| self.connect(server, deadline), Ok)
-                })
-                .map(Lease::Shared)
-                .map_err(Error::from);
-        }
-        let connections = self
-            .private
-            .as_deref()
-            .expect("a database without pools has private connections");
-        let owner = Owner {
-            db: self.id,
-            server: server.id,
-        };
-        let usable = std::iter::from_fn(|| connections.take(owner))
-            .find_map(|conn| self.still_usable(server, conn, now));
-        let conn = usable.map_or_else(|| self.connect(server, deadline), Ok)?;
-        Ok(Lease::Private(self.private_lease(
-            connections,
-            server,
-            conn,
-        )))
-    }
-
-    fn private_lease<'a>(
-        &'a self,
-        connections: &'a PrivateConnections,
-        server: &Server,
-        conn: Connection,
-    ) -> PrivateLease<'a> {
-        PrivateLease {
-            connections,
-            owner: Owner {
-                db: self.id,
-                server: server.id,
-            },
-            stats: Arc::downgrade(&self.stats),
-            budget: self.config.max_connections,
-            conn: Some(conn),
-        }
-    }
-
-    /// The lease of a pinned connection, to run a command on it and then
-    /// release or pin it again.
-    pub(super) fn unpin(&self, mut pinned: Pinned) -> Lease<'_> {
-        let held = pinned.held.take().expect("a pin holds its connection");
-        match (held, self.private.as_deref()) {
-            (Held::Shared(lease), _) => Lease::Shared(lease),
-            (Held::Private(conn), Some(connections)) => {
-                Lease::Private(self.private_lease(connections, &pinned.server, conn))
+            Connections::Pipelined(pipelined) if shares => Lease::Multiplexed(MuxLease {
+                server,
+                mux: pipelined.multiplexed(rotation()),
+                stats: &self.stats,
+                deadline,
+            }),
+            Connections::Pipelined(pipelined) => {
+                Lease::Shared(pipelined.pool.get(&self.stats, server, deadline, timeout)?)
             }
-            (Held::Private(_), None) => {
-                unreachable!("a private pin comes from a private database")
-            }
-        }
-    }
-
-    /// `conn` unless it is past `connection_ttl`, older than the server's
-    /// last failure, or closed by the server while idle (then dropped and
-    /// counted).
-    fn still_usable(
-        &self,
-        server: &Server,
-        mut conn: Connection,
-        now: Instant,
-    ) -> Option<Connection> {
-        if conn.expired(self.config.connection_ttl, now) {
-            self.stats.inc(Counter::DroppedTtl);
-            None
-        } else if server.health.outdates(conn.created()) {
-            self.stats.inc(Counter::DroppedSick);
-            None
-        } else if conn.closed_while_idle(now) {
-            // Redis `timeout`, a proxy, CLIENT KILL: found before a command
-            // is written to it and fails.
-            self.stats.inc(Counter::DroppedHungUp);
-            None
-        } else {
-            Some(conn)
-        }
-    }
-
-    /// A new connection to `server`; a failure makes the server sick and
-    /// spaces the next attempts, which fail at once until then.
-    pub(super) fn connect(&self, server: &Server, deadline: Option<Instant>) -> Result<Connection> {
-        if let Err(wait) = server.health.may_connect() {
-            return Err(Error::Backoff {
-                server: server.location().to_string(),
-                retry_in_ms: wait.as_millis().max(1),
-            });
-        }
-        // With connection_timeout=0 (none), a server that accepts and never
-        // answers the handshake would hold the worker for good: the
-        // command timeout bounds it then.
-        let timeout = self
-            .config
-            .connection_timeout
-            .or(self.config.command_timeout);
-        let timeout = within(timeout, deadline);
-        match server.connector.connect_within(&self.stats, timeout) {
-            Ok(conn) => {
-                server.health.connect_succeeded();
-                Ok(conn)
-            }
-            Err(err) => {
-                server.health.mark_failed();
-                server.health.connect_failed();
-                Err(err.into())
-            }
-        }
+        })
     }
 }
 
@@ -387,7 +232,8 @@ impl Database {
         else {
             return;
         };
-        let Ok(mut lease) = self.lease(server, false, until) else {
+        let timeout = self.config.command_timeout;
+        let Ok(mut lease) = self.lease(server, false, until, timeout) else {
             return;
         };
         if let Some(conn) = lease.conn() {

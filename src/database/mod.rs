@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::commands::Commands;
 use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
-use crate::connection::private::PrivateConnections;
+use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
 use crate::connection::shared::SharedPool;
-use crate::connection::Connector;
+use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
-use crate::server::{role_from_reply, Health, Server};
+use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 use crate::topology::{Servers, Topology};
 
@@ -38,19 +38,6 @@ fn probe_step(timeout: Option<Duration>) -> Option<Duration> {
     Some(timeout.map_or(PROBE_STEP_CAP, |timeout| timeout.min(PROBE_STEP_CAP)))
 }
 
-/// `timeout` shortened so that it ends by `deadline`, if there is one.
-fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
-    match deadline {
-        None => timeout,
-        Some(deadline) => {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            Some(timeout.map_or(left, |timeout| timeout.min(left)))
-        }
-    }
-}
-
 /// What `.stats()` renders.
 pub enum StatsFormat<'a> {
     Json,
@@ -67,9 +54,10 @@ pub struct Database {
     stats: Arc<Stats>,
     subnets: Subnets,
     servers: Servers,
-    /// Private mode: the VCL's per-thread connections (one budget for all
-    /// its private databases). Shared mode: `None`, each server has a pool.
-    private: Option<Arc<PrivateConnections>>,
+    /// The VCL's per-thread lists (one budget for all its private
+    /// databases): where this database's private connections are kept
+    /// (none in shared mode, where each server has a pool).
+    private: Arc<PrivateConnections>,
     /// `type=cluster`: the seeds and the discovery of the slot map.
     cluster: Option<Cluster>,
     /// The command model its servers gave (`src/commands/`).
@@ -109,7 +97,7 @@ impl Database {
         let db = Database {
             name: name.to_string(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            private: (!config.shared_connections).then(|| private.clone()),
+            private: private.clone(),
             cluster: (config.role == Role::Cluster).then(Cluster::default),
             config,
             stats: Arc::new(stats),
@@ -151,25 +139,13 @@ impl Database {
             }
             .into());
         }
-        let connector = self.connector(location);
         let mut added = None;
         self.servers.update(|current| {
-            let existing = current.by_location(connector.location());
-            let (id, health) = match existing {
-                Some(server) => (server.id, server.health.clone()),
-                None => (
-                    self.servers.new_id(),
-                    Arc::new(Health::new(self.config.sickness_ttl)),
-                ),
-            };
-            let server = Arc::new(Server::new(
-                id,
-                connector.clone(),
-                role,
-                health,
-                self.subnets.weight(location),
-                self.pool(&connector),
-            ));
+            let server = Arc::new(match current.by_location(location) {
+                Some(existing) => existing.redeclared(role),
+                None => self.new_server(location, role),
+            });
+            let id = server.id;
             let mut servers = current.servers.clone();
             match servers.iter().position(|s| s.id == id) {
                 Some(at) => servers[at] = server.clone(),
@@ -240,18 +216,44 @@ impl Database {
         )
     }
 
-    /// The shared pool of a new server (`None` in private mode): with
-    /// [ext] `pipelining=true`, its own multiplexed connections, also for
-    /// each node of a cluster.
-    pub(crate) fn pool(&self, connector: &Connector) -> Option<Arc<SharedPool>> {
-        self.config.shared_connections.then(|| {
-            let location = connector.location().to_string();
-            Arc::new(if self.config.pipelining {
-                SharedPool::pipelined(location, self.config.max_connections)
-            } else {
-                SharedPool::new(location, self.config.max_connections)
-            })
-        })
+    /// A server of this database at `location`, new to it: a new id,
+    /// health and connections (private, pooled or pipelined as the
+    /// database says). The one place servers are made; one already known
+    /// keeps all that when its role changes ([`Server::redeclared`]).
+    pub(crate) fn new_server(&self, location: &Location, role: Role) -> Server {
+        let id = self.servers.new_id();
+        let connector = self.connector(location);
+        let config = &self.config;
+        let pool = || SharedPool::new(connector.location().to_string(), config.max_connections);
+        let connections = match (config.shared_connections, config.pipelining) {
+            (false, _) => Connections::Private(PrivateSlot::new(
+                self.private.clone(),
+                Owner {
+                    db: self.id,
+                    server: id,
+                },
+                config.max_connections,
+                Arc::downgrade(&self.stats),
+            )),
+            (true, false) => Connections::Pooled(Arc::new(pool())),
+            (true, true) => Connections::Pipelined(Pipelined::new(pool())),
+        };
+        let policy = ConnectionPolicy {
+            stats: self.stats.clone(),
+            connect_timeout: config.connection_timeout,
+            command_timeout: config.command_timeout,
+            ttl: config.connection_ttl,
+            readonly_replicas: self.cluster.is_some(),
+        };
+        Server::new(
+            id,
+            connector,
+            role,
+            Arc::new(Health::new(config.sickness_ttl)),
+            self.subnets.weight(location),
+            policy,
+            Arc::new(connections),
+        )
     }
 
     /// The servers as they are now.
@@ -325,16 +327,14 @@ impl Database {
 
     /// Closes idle connections (VCL cold). Returns how many were closed.
     pub fn close_idle(&self) -> usize {
-        match &self.private {
-            Some(private) => private.close_idle(self.id),
-            None => self
-                .topology()
-                .servers
-                .iter()
-                .filter_map(|server| server.pool.as_ref())
-                .map(|pool| pool.close_idle())
-                .sum(),
-        }
+        let pooled: usize = self
+            .topology()
+            .servers
+            .iter()
+            .map(|server| server.connections.close_idle())
+            .sum();
+        // Private ones by database: also those of servers it no longer has.
+        pooled + self.private.close_idle(self.id)
     }
 }
 

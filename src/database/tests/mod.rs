@@ -76,6 +76,27 @@ fn private_connection_is_reused_by_the_thread() {
     assert_eq!(db.close_idle(), 2);
 }
 
+/// A thread may keep two idle connections to one server (a task's kept
+/// one given back after another task's): a command drops every one that
+/// is no longer usable, not only the first it looks at.
+#[test]
+fn every_stale_private_connection_of_a_thread_is_dropped_before_use() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| args.shared_connections = false);
+    let mut transaction = TaskConnection::default();
+    run_in(&db, &mut transaction, &["MULTI"]).unwrap();
+    run(&db, &["PING"]).unwrap();
+    run_in(&db, &mut transaction, &["EXEC"]).unwrap();
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 2);
+    // Both connections now predate a failure of the server.
+    std::thread::sleep(Duration::from_millis(2));
+    db.topology().servers[0].health.mark_failed();
+    run(&db, &["PING"]).unwrap();
+    assert_eq!(db.stats().get(Counter::DroppedSick), 2);
+    assert_eq!(db.stats().get(Counter::ConnectionsTotal), 3);
+    assert_eq!(db.close_idle(), 1, "only the new connection is kept");
+}
+
 #[test]
 fn too_large_a_command_fails_without_touching_the_connection() {
     let redis = RedisProcess::start(&[]);

@@ -15,12 +15,15 @@ const STATE_FIELDS: &[&str] = &[
 /// Flags of a client in a state a task must not leave (`CLIENT LIST`
 /// documentation): b blocked, d watched keys modified, e no-evict, O
 /// monitor, P Pub/Sub, r read-only (cluster), R, t, B tracking, T
-/// no-touch, x in MULTI, c close after reply.
+/// no-touch, x in MULTI, c close after reply. (`r` on a cluster
+/// replica's connections is the VMOD's own doing, not a task's: every
+/// connection to one gets `READONLY` when it is checked out.)
 const STATE_FLAGS: &str = "bdeOPrRtBTxc";
 
 /// One server's clients, read by a connection of the checker's own.
 pub(crate) struct ClientList {
     pub(crate) port: u16,
+    /// The checker's connection and its client id.
     conn: Option<(RedisConn, i64)>,
     /// Field values of the VMOD's connections before the sweep.
     baseline: BTreeMap<String, Vec<String>>,
@@ -45,7 +48,10 @@ impl ClientList {
             self.conn = Some((conn, id));
         }
         let (conn, me) = self.conn.as_mut().expect("connected");
-        let text = match conn.cmd(&["CLIENT", "LIST"]) {
+        // Asked each time: a role may change during a sweep.
+        let role = conn.cmd(&["INFO", "replication"]);
+        let replica = role.as_ref().is_ok_and(|info| info.contains("role:slave"));
+        let text = match role.and_then(|_| conn.cmd(&["CLIENT", "LIST"])) {
             Ok(text) => text,
             Err(e) => {
                 self.conn = None;
@@ -65,6 +71,14 @@ impl ClientList {
             .filter(|c| {
                 let flags = c.get("flags").map(String::as_str).unwrap_or("");
                 !flags.contains('M') && !flags.contains('S')
+            })
+            .map(|mut c| {
+                if replica {
+                    if let Some(flags) = c.get_mut("flags") {
+                        flags.retain(|f| f != 'r');
+                    }
+                }
+                c
             })
             .collect())
     }

@@ -1,0 +1,128 @@
+//! How a server's connections are opened, checked and prepared: the
+//! [`ManageConnection`] its pools hold, with what fails counted in the
+//! database's counters and reflected in the server's health.
+use std::time::{Duration, Instant};
+
+use super::Server;
+use crate::config::Role;
+use crate::connection::{within, Connection, Failure, ManageConnection};
+use crate::error::Error;
+use crate::protocol::resp::ProtocolError;
+use crate::stats::Counter;
+
+/// The `READONLY` request, packed: a cluster replica serves the reads of a
+/// connection only after it.
+const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
+
+impl ManageConnection for Server {
+    type Error = Error;
+
+    /// A new connection; a failure makes the server sick and spaces the
+    /// next attempts, which fail at once until then.
+    fn connect(&self, deadline: Option<Instant>) -> Result<Connection, Error> {
+        if let Err(wait) = self.health.may_connect() {
+            return Err(Error::Backoff {
+                server: self.location().to_string(),
+                retry_in_ms: wait.as_millis().max(1),
+            });
+        }
+        // With connection_timeout=0 (none), a server that accepts and never
+        // answers the handshake would hold the worker for good: the
+        // command timeout bounds it then.
+        let policy = &self.policy;
+        let timeout = within(policy.connect_timeout.or(policy.command_timeout), deadline);
+        match self.connector.connect_within(&policy.stats, timeout) {
+            Ok(conn) => {
+                self.health.connect_succeeded();
+                Ok(conn)
+            }
+            Err(err) => {
+                self.health.mark_failed();
+                self.health.connect_failed();
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Not past `connection_ttl`, not older than the server's last failure,
+    /// not closed by the server while idle (else counted as dropped).
+    fn is_usable(&self, conn: &mut Connection, now: Instant) -> bool {
+        let stats = &self.policy.stats;
+        if conn.expired(self.policy.ttl, now) {
+            stats.inc(Counter::DroppedTtl);
+            false
+        } else if self.health.outdates(conn.created()) {
+            stats.inc(Counter::DroppedSick);
+            false
+        } else if conn.closed_while_idle(now) {
+            // Redis `timeout`, a proxy, CLIENT KILL: found before a command
+            // is written to it and fails.
+            stats.inc(Counter::DroppedHungUp);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// `READONLY` first on a connection to a cluster replica that has not
+    /// had one, so that every read on it, whichever worker sends it (on a
+    /// multiplexed connection), finds the mode on. Its reply is not looked
+    /// at (a replica that refuses it answers reads with `MOVED`); a failure
+    /// drops the connection (counted) and fails the checkout.
+    fn prepare(
+        &self,
+        mut conn: Connection,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Connection, Error> {
+        if !self.policy.readonly_replicas || self.role() != Role::Slave || conn.readonly_sent() {
+            return Ok(conn);
+        }
+        conn.set_readonly_sent();
+        let timeout = within(timeout, deadline);
+        match conn.request(READONLY, timeout) {
+            Ok(_) if !conn.is_broken() => Ok(conn),
+            Ok(_) => {
+                let stray = ProtocolError::Malformed("bytes after the READONLY reply");
+                Err(self.failed(Failure::Protocol(stray), false, timeout))
+            }
+            Err(failure) => Err(self.failed(failure, false, timeout)),
+        }
+    }
+}
+
+impl Server {
+    /// The error of a request that got no reply, its connection dropped
+    /// with it (counted here unless `counted`), the server made sick.
+    pub(crate) fn failed(
+        &self,
+        failure: Failure,
+        counted: bool,
+        timeout: Option<Duration>,
+    ) -> Error {
+        let stats = &self.policy.stats;
+        let server = self.location().to_string();
+        match failure {
+            Failure::Timeout => {
+                // A server that does not answer in time is avoided like
+                // one that went away, while others can serve.
+                if !counted {
+                    stats.inc(Counter::DroppedError);
+                }
+                self.health.mark_failed();
+                return Error::Timeout {
+                    server,
+                    timeout_ms: timeout.map_or(0, |t| t.as_millis()),
+                };
+            }
+            _ if counted => {}
+            Failure::HungUp(_) => stats.inc(Counter::DroppedHungUp),
+            Failure::Io(_) | Failure::Protocol(_) => stats.inc(Counter::DroppedError),
+        }
+        self.health.mark_failed();
+        Error::Io {
+            server,
+            source: failure,
+        }
+    }
+}
