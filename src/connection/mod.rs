@@ -48,6 +48,25 @@ pub(crate) use stream::{within, Limit};
 
 use crate::protocol::{resp, Reply};
 
+/// The connection of a lease (private or shared): there until the
+/// lease's drop takes it back.
+struct Leased(Option<Connection>);
+
+impl Leased {
+    fn conn(&mut self) -> &mut Connection {
+        self.0.as_mut().expect("a lease holds an open connection")
+    }
+
+    fn is_broken(&self) -> bool {
+        self.0.as_ref().map_or(true, Connection::is_broken)
+    }
+
+    /// The connection, unless it broke: to keep for another command.
+    fn take_unbroken(&mut self) -> Option<Connection> {
+        self.0.take().filter(|conn| !conn.is_broken())
+    }
+}
+
 /// One open connection. `broken` is set after any failure so the pool drops
 /// it instead of handing it out again (its stream is out of step).
 pub struct Connection {

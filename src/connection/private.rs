@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use atomic_refcell::AtomicRefCell;
 use thread_local::ThreadLocal;
 
-use super::{Connection, ManageConnection};
+use super::{Connection, Leased, ManageConnection};
 use crate::stats::{Counter, Stats};
 
 /// Which database object and which of its servers a connection goes to.
@@ -109,7 +109,7 @@ pub struct PrivateSlot {
 /// connection back to its thread's list, unless it broke or was retired.
 pub struct PrivateLease<'a> {
     slot: Cow<'a, PrivateSlot>,
-    conn: Option<Connection>,
+    conn: Leased,
 }
 
 impl PrivateSlot {
@@ -140,34 +140,32 @@ impl PrivateSlot {
         let conn = manager.checkout(&mut idle, deadline, timeout)?;
         Ok(PrivateLease {
             slot: Cow::Borrowed(self),
-            conn: Some(conn),
+            conn: Leased(Some(conn)),
         })
     }
 }
 
 impl PrivateLease<'_> {
     pub fn conn(&mut self) -> &mut Connection {
-        self.conn
-            .as_mut()
-            .expect("a lease holds an open connection")
+        self.conn.conn()
     }
 
     pub fn is_broken(&self) -> bool {
-        self.conn.as_ref().map_or(true, Connection::is_broken)
+        self.conn.is_broken()
     }
 
     /// The lease with its own copy of the slot, for a task to keep.
     pub fn into_owned(mut self) -> PrivateLease<'static> {
         PrivateLease {
             slot: Cow::Owned(self.slot.as_ref().clone()),
-            conn: self.conn.take(),
+            conn: Leased(self.conn.0.take()),
         }
     }
 }
 
 impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+        if let Some(conn) = self.conn.take_unbroken() {
             let slot = &self.slot;
             slot.lists
                 .give_back(slot.owner, slot.stats.clone(), conn, slot.budget);

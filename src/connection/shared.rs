@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::gate::{Admission, FairGate, Permit};
-use super::{Connection, ManageConnection, PoolError, PoolTimeout};
+use super::{Connection, Leased, ManageConnection, PoolError, PoolTimeout};
 use crate::stats::{Counter, Stats};
 
 /// Most connections a pool holds, whatever `max_connections` says: a
@@ -54,7 +54,7 @@ pub struct SharedPool {
 /// `drop`) lets the next worker in.
 pub struct SharedLease {
     pool: Arc<SharedPool>,
-    conn: Option<Connection>,
+    conn: Leased,
     generation: u64,
     _permit: Permit,
 }
@@ -120,7 +120,7 @@ impl SharedPool {
         self.leased.fetch_add(1, Ordering::Relaxed);
         Ok(SharedLease {
             pool: Arc::clone(self),
-            conn: Some(conn),
+            conn: Leased(Some(conn)),
             generation,
             _permit: permit,
         })
@@ -148,20 +148,18 @@ impl SharedPool {
 
 impl SharedLease {
     pub fn conn(&mut self) -> &mut Connection {
-        self.conn
-            .as_mut()
-            .expect("a lease holds an open connection")
+        self.conn.conn()
     }
 
     pub fn is_broken(&self) -> bool {
-        self.conn.as_ref().map_or(true, Connection::is_broken)
+        self.conn.is_broken()
     }
 }
 
 impl Drop for SharedLease {
     fn drop(&mut self) {
         let pool = &self.pool;
-        if let Some(conn) = self.conn.take().filter(|conn| !conn.is_broken()) {
+        if let Some(conn) = self.conn.take_unbroken() {
             let mut idle = pool.idle.lock();
             if pool.generation.load(Ordering::Relaxed) == self.generation {
                 idle.push(conn);

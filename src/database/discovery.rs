@@ -339,22 +339,35 @@ impl Database {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{DbArgs, DbConfig};
+    use crate::protocol::Reply;
 
-    /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
-    /// `MOVED`) is one server: same id, no new one counted.
-    #[test]
-    fn a_node_however_spelled_is_one_server() {
-        use crate::cluster::redirection;
-        use crate::config::{DbArgs, DbConfig};
-        use crate::protocol::Reply;
-
+    /// A cluster database whose seed is `[::1]:7000` (never contacted).
+    fn cluster_db() -> Database {
         let config = DbConfig::from_args(&DbArgs {
             location: "[::1]:7000",
             role: "cluster",
             ..DbArgs::default()
         })
         .expect("valid config");
-        let db = Database::new("c", config).expect("database");
+        Database::new("c", config).expect("database")
+    }
+
+    /// A node of a `CLUSTER SLOTS` range.
+    fn node(host: &str, port: i64) -> Reply {
+        Reply::Array(vec![
+            Reply::String(host.as_bytes().to_vec()),
+            Reply::Integer(port),
+        ])
+    }
+
+    /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
+    /// `MOVED`) is one server: same id, no new one counted.
+    #[test]
+    fn a_node_however_spelled_is_one_server() {
+        use crate::cluster::redirection;
+
+        let db = cluster_db();
         db.add_server(&"Redis-B.example:7001".parse().unwrap(), Role::Cluster)
             .unwrap();
         let ids = |db: &Database| -> Vec<(String, u32)> {
@@ -364,12 +377,6 @@ mod tests {
         };
         let before = ids(&db);
         assert_eq!(before.len(), 2);
-        let node = |host: &str, port| {
-            Reply::Array(vec![
-                Reply::String(host.as_bytes().to_vec()),
-                Reply::Integer(port),
-            ])
-        };
         let range = |start, end, master| {
             Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
         };
@@ -393,22 +400,7 @@ mod tests {
     /// none as master, its replicas still serve them.
     #[test]
     fn a_node_without_a_location_is_left_out() {
-        use crate::config::{DbArgs, DbConfig};
-        use crate::protocol::Reply;
-
-        let config = DbConfig::from_args(&DbArgs {
-            location: "[::1]:7000",
-            role: "cluster",
-            ..DbArgs::default()
-        })
-        .expect("valid config");
-        let db = Database::new("c", config).expect("database");
-        let node = |host: &str, port| {
-            Reply::Array(vec![
-                Reply::String(host.as_bytes().to_vec()),
-                Reply::Integer(port),
-            ])
-        };
+        let db = cluster_db();
         let reply = Reply::Array(vec![Reply::Array(vec![
             Reply::Integer(0),
             Reply::Integer(16383),
