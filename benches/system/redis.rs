@@ -57,9 +57,7 @@ impl Node {
         let log = dir.join(format!("{name}.log"));
         config.dir = data;
         config.log = Some(log.clone());
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = support::free_port()?;
+        support::on_free_port(5, |port| {
             config.port = port;
             let spawn = |cmd: &mut Process| {
                 let mut pinned = on_load_cpu(pin, cmd);
@@ -90,17 +88,19 @@ impl Node {
             )?;
             let child = server.into_child();
             if let (Waited::Ready, Some(probe)) = (waited, probe) {
-                return Ok(Node {
+                return Ok(support::OnPort::Up(Node {
                     child: Some(child),
                     port,
                     probe,
                     idle_clients: 0,
-                });
+                }));
             }
             stop_child(child, "redis-server", Duration::from_secs(5));
-            last = fs::read_to_string(&log).unwrap_or_default();
-        }
-        Err(format!("redis-server {name} did not start:\n{last}"))
+            let log = fs::read_to_string(&log).unwrap_or_default();
+            Ok(support::OnPort::Retry(format!(
+                "redis-server {name} did not start:\n{log}"
+            )))
+        })
     }
 
     fn counters(&mut self) -> Option<Counters> {

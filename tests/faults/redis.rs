@@ -22,21 +22,19 @@ impl Redis {
 
     /// [`Redis::start`] with more redis-server options.
     pub(crate) fn start_with(dir: &Path, args: &[String]) -> Res<Redis> {
-        let mut last = String::new();
-        for _ in 0..5 {
+        support::on_free_port(5, |port| {
             let mut redis = Redis {
                 dir: dir.to_path_buf(),
-                port: support::free_port()?,
+                port,
                 child: None,
                 pid: 0,
                 args: args.to_vec(),
             };
-            match redis.spawn() {
-                Ok(()) => return Ok(redis),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+            Ok(match redis.spawn() {
+                Ok(()) => support::OnPort::Up(redis),
+                Err(e) => support::OnPort::Retry(e),
+            })
+        })
     }
 
     pub(crate) fn log(&self) -> PathBuf {

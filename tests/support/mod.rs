@@ -34,7 +34,8 @@ mod resp;
 pub use http::{HttpConn, HttpResponse};
 #[allow(unused_imports, reason = "each target uses a subset")]
 pub use redis_server::{
-    cli_program, free_port, server_program, wait_ready, RedisConfig, RedisServer, TlsPort, Waited,
+    cli_program, free_port, on_free_port, server_program, wait_ready, OnPort, RedisConfig,
+    RedisServer, TlsPort, Waited,
 };
 #[allow(unused_imports, reason = "each target uses a subset")]
 pub use resp::{info_field, read_value, redis_cmd, redis_cmd_at, RedisConn, Resp};
@@ -527,9 +528,7 @@ impl Varnishd {
         ready: impl Fn(u16) -> bool,
         seen: impl Fn(&Command),
     ) -> Res<Varnishd> {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let port = free_port()?;
+        on_free_port(3, |port| {
             let logfile = fs::File::create(log).map_err(|e| e.to_string())?;
             let errfile = logfile.try_clone().map_err(|e| e.to_string())?;
             let mut cmd = Command::new("varnishd");
@@ -571,15 +570,19 @@ impl Varnishd {
                 port,
             };
             if child.is_some() {
-                return Ok(varnishd);
+                return Ok(OnPort::Up(varnishd));
             }
             varnishd.stop();
-            last = tail_file(log, 40);
-            if !last.contains("Address already in use") {
-                break;
+            let output = format!(
+                "varnishd did not start; its output:\n{}",
+                tail_file(log, 40)
+            );
+            if output.contains("Address already in use") {
+                Ok(OnPort::Retry(output))
+            } else {
+                Err(output)
             }
-        }
-        Err(format!("varnishd did not start; its output:\n{last}"))
+        })
     }
 
     /// SIGTERM to the manager (15 s, then SIGKILL), then to the child if

@@ -26,6 +26,31 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("local_addr: {e}"))
 }
 
+/// What one start on a free port gave: up, or a failure another port
+/// may not have (the port was taken between [`free_port`] and the bind).
+pub enum OnPort<T> {
+    Up(T),
+    /// Try another port; the text is the error if this was the last try.
+    Retry(String),
+}
+
+/// Starts something on a free port, and on another one while an attempt
+/// says [`OnPort::Retry`], `attempts` in all. A failure no other port can
+/// fix is `start`'s `Err`, returned at once.
+pub fn on_free_port<T>(
+    attempts: usize,
+    mut start: impl FnMut(u16) -> Result<OnPort<T>, String>,
+) -> Result<T, String> {
+    let mut last = String::from("no attempt to start");
+    for _ in 0..attempts {
+        match start(free_port()?)? {
+            OnPort::Up(started) => return Ok(started),
+            OnPort::Retry(why) => last = why,
+        }
+    }
+    Err(last)
+}
+
 /// The server the tests start: `$REDIS_SERVER` (e.g. `valkey-server`, which
 /// takes the same options), `redis-server` by default.
 pub fn server_program() -> String {

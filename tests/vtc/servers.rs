@@ -172,9 +172,7 @@ pub(crate) fn start_redis(
     // their nodes.conf) there, which another server must not load.
     let data = dir.join(format!("{name}.data"));
     make_dir(&data)?;
-    let mut last_err = String::new();
-    for _ in 0..PORT_ATTEMPTS {
-        let port = support::free_port()?;
+    support::on_free_port(PORT_ATTEMPTS, |port| {
         let _ = fs::remove_file(&log);
         let out_file =
             fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
@@ -220,22 +218,22 @@ pub(crate) fn start_redis(
         match up_on_ping(waited, port, &last_ping) {
             Ok(()) => {
                 servers.push(srv);
-                return Ok(());
+                Ok(support::OnPort::Up(()))
             }
             Err(e) => {
                 let exited = !matches!(srv.child.try_wait(), Ok(None));
                 let logs =
                     tail_file(&log, LOG_TAIL_LINES) + "\n" + &tail_file(&out, LOG_TAIL_LINES);
                 if exited && logs.contains("Address already in use") {
-                    last_err = format!("redis {name}: port {port} in use");
-                    continue;
+                    let why =
+                        format!("redis {name}: port {port} in use ({PORT_ATTEMPTS} attempts)");
+                    return Ok(support::OnPort::Retry(why));
                 }
                 servers.push(srv);
-                return Err(format!("redis {name}: {e}"));
+                Err(format!("redis {name}: {e}"))
             }
         }
-    }
-    Err(format!("{last_err} ({PORT_ATTEMPTS} attempts)"))
+    })
 }
 
 pub(crate) fn restarted_pidfile(dir: &Path, name: &str) -> PathBuf {
