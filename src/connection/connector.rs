@@ -110,6 +110,7 @@ impl Connector {
                 let tcp = connect_any(&addrs, limit).map_err(|e| e.to_string())?;
                 // Requests are single writes; never wait for Nagle.
                 tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+                keep_alive(&tcp).map_err(|e| format!("TCP keepalive: {e}"))?;
                 match &self.tls {
                     Some(tls) => Stream::tls(tls, host, tcp, &mut armed, limit)?,
                     None => Stream::Tcp(tcp),
@@ -224,6 +225,24 @@ fn connect_unix(path: &Path, limit: Limit) -> Result<UnixStream, String> {
     }
     socket.set_nonblocking(false).map_err(|e| e.to_string())?;
     Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
+}
+
+/// Seconds of silence before the first TCP keepalive probe, as hiredis's
+/// `REDIS_KEEPALIVE_INTERVAL`, which the C VMOD enables on every
+/// connection (its servers' and Sentinels').
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+
+/// TCP keepalive as hiredis's `redisKeepAlive` sets it: probes after
+/// [`KEEPALIVE_IDLE`] of silence, every third of it, 3 unanswered ones
+/// closing the connection. An idle connection to a server that vanished
+/// (a host gone, a NAT or firewall that forgot the flow) is then found
+/// dead in about 30 s instead of at the next command's timeout.
+fn keep_alive(tcp: &TcpStream) -> io::Result<()> {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_IDLE / 3)
+        .with_retries(3);
+    socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive)
 }
 
 fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {

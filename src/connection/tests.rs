@@ -391,3 +391,27 @@ fn concurrent_lookups_of_one_name_start_one_thread() {
     assert_eq!(again.unwrap(), vec!["127.0.0.9:0".parse().unwrap()]);
     assert_eq!(RUNS.load(Ordering::SeqCst), 2);
 }
+
+/// Every TCP connection (to a server or a Sentinel: both are opened by a
+/// `Connector`) has keepalive on, with hiredis's timings, as the C VMOD's.
+#[test]
+fn tcp_connections_have_keepalive_as_hiredis_sets_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = listener.local_addr().unwrap().to_string().parse().unwrap();
+    let connector = Connector::new(&location, None, None, Protocol::Default, None, None);
+    let conn = connector.connect(&Stats::default()).expect("connect");
+    let Stream::Tcp(tcp) = &conn.stream else {
+        panic!("a TCP stream");
+    };
+    let socket = socket2::SockRef::from(tcp);
+    assert!(socket.keepalive().unwrap());
+    assert_eq!(
+        socket.tcp_keepalive_time().unwrap(),
+        Duration::from_secs(15)
+    );
+    assert_eq!(
+        socket.tcp_keepalive_interval().unwrap(),
+        Duration::from_secs(5)
+    );
+    assert_eq!(socket.tcp_keepalive_retries().unwrap(), 3);
+}
