@@ -8,12 +8,15 @@
 //! subnet list); we reject such input up front.
 
 mod location;
+mod log_sinks;
 mod sentinel;
 mod subnets;
 
 pub use crate::tls::TlsArgs;
 pub(crate) use location::redact_credentials;
 pub use location::{Location, LocationError};
+#[cfg(not(test))]
+pub(crate) use log_sinks::LogSinks;
 pub use sentinel::{SentinelArgs, SentinelConfig};
 pub use subnets::Subnets;
 

@@ -4,8 +4,12 @@
 //! The VCL layer works on these; only `exports` sits above it.
 use std::any::Any;
 use std::ffi::{c_void, CString};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::OnceLock;
+
+use crate::config::LogSinks;
 
 use super::bindings::{
     self, vmod_priv, vmod_priv_methods, vrt_blob, vrt_ctx, VCL_BLOB, VCL_STRING,
@@ -28,14 +32,45 @@ pub(crate) enum LogTag {
 /// Logs `msg` outside any transaction, from any thread of the child (the
 /// Sentinel thread has no `VRT_CTX`).
 pub(crate) fn log_global(tag: LogTag, msg: &str) {
-    let tag = match tag {
-        LogTag::Error => bindings::VSL_tag_e_SLT_VCL_Error,
-        LogTag::Debug => bindings::VSL_tag_e_SLT_Debug,
-    };
-    let msg = c_text(msg);
+    let text = c_text(msg);
     // SAFETY: "%s" with one NUL-terminated string; VSL() writes a
     // non-transactional record under the log's own lock.
-    unsafe { bindings::VSL(tag, NO_VXID, c"%s".as_ptr(), msg.as_ptr()) }
+    unsafe { bindings::VSL(tag.vsl(), NO_VXID, c"%s".as_ptr(), text.as_ptr()) }
+    to_sinks(tag, msg, &text);
+}
+
+impl LogTag {
+    fn vsl(self) -> bindings::VSL_tag_e {
+        match self {
+            LogTag::Error => bindings::VSL_tag_e_SLT_VCL_Error,
+            LogTag::Debug => bindings::VSL_tag_e_SLT_Debug,
+        }
+    }
+}
+
+/// Sends a log line to the sinks `VMOD_REDIS_LOG_SINKS` names besides
+/// VSL (syslog by default, as every C VMOD release). The lines carry no
+/// secret: what they quote of a server's refusal is cut before
+/// (`connection/redact.rs`).
+fn to_sinks(tag: LogTag, msg: &str, text: &CString) {
+    static SINKS: OnceLock<LogSinks> = OnceLock::new();
+    let sinks = SINKS
+        .get_or_init(|| LogSinks::parse(std::env::var("VMOD_REDIS_LOG_SINKS").ok().as_deref()));
+    if sinks.syslog {
+        let priority = match tag {
+            LogTag::Error => libc::LOG_ERR,
+            // The C VMOD logs what is not an error at LOG_INFO.
+            LogTag::Debug => libc::LOG_INFO,
+        };
+        // SAFETY: "%s" with one NUL-terminated string; syslog() is
+        // thread-safe and opens its socket itself.
+        unsafe { libc::syslog(priority, c"%s".as_ptr(), text.as_ptr()) }
+    }
+    if sinks.stderr {
+        // One write per line, so that lines of several threads do not mix.
+        let line = format!("{msg}\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
 }
 
 /// A borrowed `VRT_CTX`, valid for one call from varnishd.
@@ -54,20 +89,17 @@ impl<'a> Ctx<'a> {
     /// Logs `msg` to the task's VSL, or to the global log when there is no
     /// task (vcl_init, events).
     pub(crate) fn log(&self, tag: LogTag, msg: &str) {
-        let tag = match tag {
-            LogTag::Error => bindings::VSL_tag_e_SLT_VCL_Error,
-            LogTag::Debug => bindings::VSL_tag_e_SLT_Debug,
-        };
-        let msg = c_text(msg);
+        let text = c_text(msg);
         // SAFETY: "%s" with one NUL-terminated string; vsl is the task's log
         // or NULL, in which case VSL() writes a non-transactional record.
         unsafe {
             if self.raw.vsl.is_null() {
-                bindings::VSL(tag, NO_VXID, c"%s".as_ptr(), msg.as_ptr());
+                bindings::VSL(tag.vsl(), NO_VXID, c"%s".as_ptr(), text.as_ptr());
             } else {
-                bindings::VSLb(self.raw.vsl, tag, c"%s".as_ptr(), msg.as_ptr());
+                bindings::VSLb(self.raw.vsl, tag.vsl(), c"%s".as_ptr(), text.as_ptr());
             }
         }
+        to_sinks(tag, msg, &text);
     }
 
     /// Fails the task (503) or, in vcl_init, the `vcl.load`, with `msg`.
