@@ -69,7 +69,7 @@ pub(crate) fn node_at(host: &str, port: u16) -> Node {
     Location::tcp(host, port).map_err(|_| format!("{host}:{port}"))
 }
 
-fn text(reply: &Reply) -> Option<&str> {
+pub(super) fn text(reply: &Reply) -> Option<&str> {
     match reply {
         Reply::String(bytes) => std::str::from_utf8(bytes).ok(),
         Reply::Status(text) => Some(text),
@@ -97,7 +97,7 @@ fn node(reply: &Reply, asked_host: &str) -> Result<Node, String> {
     Ok(node_at(host, port))
 }
 
-fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
+pub(super) fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
     match reply {
         Some(Reply::Integer(n)) => u16::try_from(*n)
             .ok()

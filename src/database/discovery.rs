@@ -15,15 +15,19 @@ use parking_lot::Mutex;
 
 use super::execute::Execution;
 use super::{probe_step, within, Database, Note};
-use crate::cluster::{parse_slots, Node, SlotMap};
+use crate::cluster::{parse_shards, parse_slots, Node, ShardsMap, SlotMap};
 use crate::config::{Location, Role};
 use crate::error::{Error, Result};
+use crate::protocol::Reply;
 use crate::server::Server;
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
 
 /// The `CLUSTER SLOTS` request, packed.
 const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+/// The `CLUSTER SHARDS` request, packed: the map with each node's health
+/// (Redis 7+), asked first as the C VMOD's newest releases do.
+const CLUSTER_SHARDS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
 
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
@@ -194,7 +198,7 @@ impl Database {
         // probe: they count what commands use.
         let probe_stats = Stats::default();
         let mut failures: Vec<String> = Vec::new();
-        let mut stale: Option<(String, SlotMap<Node>)> = None;
+        let mut stale: Option<(String, ShardsMap)> = None;
         let names_sick = |map: &SlotMap<Node>| {
             let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
             masters.any(|master| master.is_ok_and(|master| sick.contains(&master)))
@@ -206,32 +210,47 @@ impl Database {
                 .connect_within(&probe_stats, cap(self.config.connection_timeout))
                 .map_err(|err| err.to_string())
                 .and_then(|mut conn| {
-                    conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
-                        .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
-                })
-                .and_then(|reply| parse_slots(&reply, host_of(location)));
+                    let timeout = || cap(self.config.command_timeout);
+                    let shards = conn
+                        .request(CLUSTER_SHARDS, timeout())
+                        .map_err(|failure| format!("CLUSTER SHARDS: {failure}"))?;
+                    if !matches!(shards, Reply::Error(_)) {
+                        let tls = self.config.tls.is_some();
+                        return parse_shards(&shards, host_of(location), tls);
+                    }
+                    // A server before 7.0, or one that refuses it: the map
+                    // alone, every node taken as healthy.
+                    let slots = conn
+                        .request(CLUSTER_SLOTS, timeout())
+                        .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))?;
+                    let map = parse_slots(&slots, host_of(location))?;
+                    Ok(ShardsMap {
+                        map,
+                        unhealthy: Vec::new(),
+                    })
+                });
             match answer {
-                Ok(map) if map.shards.is_empty() => {
+                Ok(read) if read.map.shards.is_empty() => {
                     failures.push(format!("{asked}: no slot assigned"));
                 }
-                Ok(map) if names_sick(&map) => {
+                Ok(read) if names_sick(&read.map) => {
                     if self.config.debug {
                         x.note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
-                    stale.get_or_insert((asked, map));
+                    stale.get_or_insert((asked, read));
                 }
-                Ok(map) => {
-                    self.use_slots(cluster, &asked, map, x);
+                Ok(read) => {
+                    self.use_slots(cluster, &asked, read, x);
                     return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
             }
         }
-        if let Some((asked, map)) = stale {
+        if let Some((asked, read)) = stale {
             // The best there is: the sick master may be back.
-            self.use_slots(cluster, &asked, map, x);
+            self.use_slots(cluster, &asked, read, x);
             return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
@@ -247,15 +266,26 @@ impl Database {
         Err(text.into())
     }
 
-    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<Node>, x: &mut Execution) {
+    fn use_slots(&self, cluster: &Cluster, asked: &str, read: ShardsMap, x: &mut Execution) {
+        let ShardsMap { map, unhealthy } = read;
         if self.config.debug {
+            let not_online = match unhealthy.len() {
+                0 => String::new(),
+                n => format!(", {n} not online"),
+            };
             x.note(Note::Debug(&format!(
-                "cluster slots from {asked}: {} shards, {} nodes",
+                "cluster slots from {asked}: {} shards, {} nodes{not_online}",
                 map.shards.len(),
                 map.nodes().count()
             )));
         }
         self.apply_slots(map);
+        // As the C VMOD: a node `CLUSTER SHARDS` says is not online (failed,
+        // loading) is sick until a map says it is again.
+        for server in self.topology().servers.iter() {
+            let location = Ok(server.location().clone());
+            server.health.set_down(unhealthy.contains(&location));
+        }
         cluster.generation.fetch_add(1, Ordering::Release);
     }
 

@@ -1,0 +1,266 @@
+//! The slot map read from a `CLUSTER SHARDS` reply (Redis 7+), with the
+//! health of every node: the C VMOD's newest releases read it first, and
+//! mark the nodes that are not `online` as sick. A server without it
+//! answers with an error, and the map is read from `CLUSTER SLOTS`.
+//!
+//! The reply, in RESP2 (RESP3 maps arrive flattened the same way): one
+//! entry per shard, `["slots", [start, end, ...], "nodes", [node...]]`;
+//! a node is `["id", .., "port", n, "tls-port", n, "ip", .., "endpoint",
+//! .., "hostname", .., "role", "master"|"replica", "replication-offset",
+//! n, "health", "online"|"failed"|"loading"]` (`port` or `tls-port` may
+//! be absent, `hostname` too).
+use super::map::{node_at, slot_number, text, Node, Shard, SlotMap, NO_SHARD};
+use super::slot::SLOTS;
+use crate::protocol::Reply;
+
+/// A slot map and the nodes that are not `online` (failed, loading).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ShardsMap {
+    pub map: SlotMap<Node>,
+    pub unhealthy: Vec<Node>,
+}
+
+/// The value of `key` in a flattened field list `[key, value, ...]`.
+fn field<'a>(fields: &'a [Reply], key: &str) -> Option<&'a Reply> {
+    fields
+        .chunks_exact(2)
+        .find(|pair| text(&pair[0]) == Some(key))
+        .map(|pair| &pair[1])
+}
+
+/// One node of a shard: where it is (its `endpoint`, else its `ip`; the
+/// asked host when it does not know its own, as `CLUSTER SLOTS` says it;
+/// its `tls-port` over TLS, else its `port`), whether it is the master,
+/// and whether it is `online`.
+fn node(reply: &Reply, asked_host: &str, tls: bool) -> Result<(Node, bool, bool), String> {
+    let Reply::Array(fields) = reply else {
+        return Err("a node is not a field list".into());
+    };
+    let port = |key| match field(fields, key) {
+        Some(Reply::Integer(port)) => u16::try_from(*port).ok().filter(|&p| p != 0),
+        _ => None,
+    };
+    let port = if tls {
+        port("tls-port").or_else(|| port("port"))
+    } else {
+        port("port")
+    }
+    .ok_or("a node has no usable port")?;
+    let host = ["endpoint", "ip"]
+        .into_iter()
+        .filter_map(|key| field(fields, key).and_then(text))
+        .find(|host| !host.is_empty() && *host != "?")
+        .unwrap_or(asked_host);
+    let master = field(fields, "role").and_then(text) == Some("master");
+    let online = field(fields, "health").and_then(text) == Some("online");
+    Ok((node_at(host, port), master, online))
+}
+
+/// Reads a `CLUSTER SHARDS` reply asked of a node on `asked_host` (over
+/// TLS: `tls`). A shard without slots (a master not given any yet) or
+/// without a master is left out, as `CLUSTER SLOTS` leaves it out.
+pub(crate) fn parse_shards(
+    reply: &Reply,
+    asked_host: &str,
+    tls: bool,
+) -> Result<ShardsMap, String> {
+    let entries = match reply {
+        Reply::Array(entries) => entries,
+        Reply::Error(text) => return Err(format!("CLUSTER SHARDS: {text}")),
+        _ => return Err("CLUSTER SHARDS: not an array".into()),
+    };
+    let mut map = SlotMap {
+        shards: Vec::new(),
+        slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
+    };
+    let mut unhealthy = Vec::new();
+    for entry in entries {
+        let Reply::Array(fields) = entry else {
+            return Err("CLUSTER SHARDS: a shard is not a field list".into());
+        };
+        let Some(Reply::Array(bounds)) = field(fields, "slots") else {
+            return Err("CLUSTER SHARDS: a shard has no slots".into());
+        };
+        let Some(Reply::Array(nodes)) = field(fields, "nodes") else {
+            return Err("CLUSTER SHARDS: a shard has no nodes".into());
+        };
+        let mut master = None;
+        let mut replicas = Vec::new();
+        for reply in nodes {
+            let (node, is_master, online) =
+                node(reply, asked_host, tls).map_err(|e| format!("CLUSTER SHARDS: {e}"))?;
+            if !online {
+                unhealthy.push(node.clone());
+            }
+            if is_master && master.is_none() {
+                master = Some(node);
+            } else if !replicas.contains(&node) {
+                replicas.push(node);
+            }
+        }
+        let Some(master) = master else { continue };
+        let mut ranges = Vec::new();
+        for pair in bounds.chunks(2) {
+            let [start, end] = pair else {
+                return Err("CLUSTER SHARDS: slots are not start-end pairs".into());
+            };
+            let slot = |reply| slot_number(Some(reply)).map_err(|e| format!("CLUSTER SHARDS: {e}"));
+            let (start, end) = (slot(start)?, slot(end)?);
+            if end < start {
+                return Err(format!("CLUSTER SHARDS: range {start}-{end} is empty"));
+            }
+            ranges.push((start, end));
+        }
+        if ranges.is_empty() {
+            continue;
+        }
+        // At most 16384 shards have slots: the index fits.
+        let index =
+            u16::try_from(map.shards.len()).map_err(|_| "CLUSTER SHARDS: too many shards")?;
+        map.shards.push(Shard { master, replicas });
+        for (start, end) in ranges {
+            map.slots[usize::from(start)..=usize::from(end)].fill(index);
+        }
+    }
+    Ok(ShardsMap { map, unhealthy })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Reply {
+        Reply::String(text.as_bytes().to_vec())
+    }
+
+    fn node(port: i64, role: &str, health: &str) -> Reply {
+        Reply::Array(vec![
+            s("id"),
+            s("0123abcd"),
+            s("port"),
+            Reply::Integer(port),
+            s("ip"),
+            s("127.0.0.1"),
+            s("endpoint"),
+            s("127.0.0.1"),
+            s("role"),
+            s(role),
+            s("replication-offset"),
+            Reply::Integer(72156),
+            s("health"),
+            s(health),
+        ])
+    }
+
+    fn shard(slots: &[i64], nodes: Vec<Reply>) -> Reply {
+        Reply::Array(vec![
+            s("slots"),
+            Reply::Array(slots.iter().map(|&n| Reply::Integer(n)).collect()),
+            s("nodes"),
+            Reply::Array(nodes),
+        ])
+    }
+
+    fn at(text: &str) -> Node {
+        Ok(text.parse().unwrap())
+    }
+
+    #[test]
+    fn shards_with_ranges_replicas_and_health() {
+        let reply = Reply::Array(vec![
+            shard(
+                &[0, 5460, 10923, 10999],
+                vec![
+                    node(7000, "master", "online"),
+                    node(7003, "replica", "loading"),
+                ],
+            ),
+            shard(
+                &[5461, 10922],
+                vec![
+                    node(7004, "replica", "online"),
+                    node(7001, "master", "failed"),
+                ],
+            ),
+            // A master with no slots yet: left out, as CLUSTER SLOTS does.
+            shard(&[], vec![node(7005, "master", "online")]),
+        ]);
+        let parsed = parse_shards(&reply, "127.0.0.1", false).unwrap();
+        let map = &parsed.map;
+        assert_eq!(map.shards.len(), 2);
+        assert_eq!(map.shards[0].master, at("127.0.0.1:7000"));
+        assert_eq!(map.shards[0].replicas, vec![at("127.0.0.1:7003")]);
+        assert_eq!(map.shards[1].master, at("127.0.0.1:7001"));
+        assert_eq!(map.shards[1].replicas, vec![at("127.0.0.1:7004")]);
+        assert_eq!(map.slots[0], 0);
+        assert_eq!(map.slots[5460], 0);
+        assert_eq!(map.slots[5461], 1);
+        assert_eq!(map.slots[10922], 1);
+        assert_eq!(map.slots[10923], 0);
+        assert_eq!(map.slots[10999], 0);
+        assert_eq!(map.slots[11000], NO_SHARD);
+        assert_eq!(
+            parsed.unhealthy,
+            vec![at("127.0.0.1:7003"), at("127.0.0.1:7001")]
+        );
+    }
+
+    #[test]
+    fn endpoint_port_and_tls_port() {
+        let fields = |endpoint: &str| {
+            Reply::Array(vec![
+                s("port"),
+                Reply::Integer(7000),
+                s("tls-port"),
+                Reply::Integer(7100),
+                s("ip"),
+                s("10.0.0.5"),
+                s("endpoint"),
+                s(endpoint),
+                s("role"),
+                s("master"),
+                s("health"),
+                s("online"),
+            ])
+        };
+        let map = |endpoint, tls| {
+            let reply = Reply::Array(vec![shard(&[0, 16383], vec![fields(endpoint)])]);
+            parse_shards(&reply, "10.0.0.1", tls).unwrap().map.shards[0]
+                .master
+                .clone()
+        };
+        assert_eq!(map("Redis-A.example", false), at("redis-a.example:7000"));
+        assert_eq!(map("Redis-A.example", true), at("redis-a.example:7100"));
+        // An unknown endpoint ("?"): the ip.
+        assert_eq!(map("?", false), at("10.0.0.5:7000"));
+    }
+
+    #[test]
+    fn errors_and_garbage() {
+        let refused = Reply::Error("ERR unknown subcommand 'SHARDS'".into());
+        assert_eq!(
+            parse_shards(&refused, "h", false).unwrap_err(),
+            "CLUSTER SHARDS: ERR unknown subcommand 'SHARDS'"
+        );
+        assert!(parse_shards(&Reply::Integer(1), "h", false).is_err());
+        let odd = Reply::Array(vec![shard(&[0], vec![node(7000, "master", "online")])]);
+        assert!(parse_shards(&odd, "h", false).is_err());
+        let out = Reply::Array(vec![shard(
+            &[0, 16384],
+            vec![node(7000, "master", "online")],
+        )]);
+        assert!(parse_shards(&out, "h", false).is_err());
+        let no_port = Reply::Array(vec![shard(
+            &[0, 1],
+            vec![Reply::Array(vec![s("role"), s("master")])],
+        )]);
+        assert!(parse_shards(&no_port, "h", false).is_err());
+        // No master (all failed over away): the shard is left out.
+        let orphan = Reply::Array(vec![shard(&[0, 1], vec![node(7003, "replica", "online")])]);
+        assert!(parse_shards(&orphan, "h", false)
+            .unwrap()
+            .map
+            .shards
+            .is_empty());
+    }
+}
