@@ -48,7 +48,7 @@ fn a_worker_waits_for_another_ones_discovery_until_its_own_deadline() {
     // Within the second after it: at once, with its error, no discovery.
     let (result, took) = get(2000);
     let err = result.unwrap_err().to_string();
-    assert!(err.contains("CLUSTER SLOTS: timeout"), "{err}");
+    assert!(err.contains("CLUSTER SHARDS: timeout"), "{err}");
     assert!(took < Duration::from_millis(100), "{took:?}");
     assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
 }
