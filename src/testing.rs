@@ -80,6 +80,26 @@ pub fn tls_redis(tag: &str) -> (RedisProcess, String, crate::tls::testing::Mater
     (redis, port.to_string(), files)
 }
 
+/// The same on the X.509 v1 certificates Redis's utils/gen-test-certs.sh
+/// makes (the `v1_*` material), client certificates required, `extra`
+/// arguments added.
+pub fn v1_tls_redis(
+    tag: &str,
+    extra: &[&str],
+) -> (RedisProcess, String, crate::tls::testing::Material) {
+    let files = crate::tls::testing::material(tag);
+    let port = redis_server::free_port().expect("a free port");
+    let tls = TlsPort {
+        port,
+        cert: files.v1_server_cert.clone(),
+        key: files.v1_server_key.clone(),
+        ca: files.v1_ca.clone(),
+        auth_clients: "yes",
+    };
+    let redis = RedisProcess::start_with(Some(tls), extra);
+    (redis, port.to_string(), files)
+}
+
 /// A [`ManageConnection`](crate::connection::ManageConnection) for tests of
 /// the connection layer: opens with its function, takes any idle
 /// connection back, prepares nothing.

@@ -21,6 +21,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
+mod verifier;
+
 /// The TLS arguments of `redis.db()` and `redis.sentinels()` (the same
 /// six in both) as given in VCL ("" = not set).
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,6 +59,8 @@ pub enum TlsError {
     },
     #[error("tls_sni \"{sni}\": not a valid DNS name or IP address")]
     BadSni { sni: String },
+    #[error("the CA certificates cannot verify servers: {reason}")]
+    Verifier { reason: String },
     #[error("no CA certificates: the system has none (install ca-certificates) and neither tls_cafile nor tls_capath is set")]
     NoSystemRoots,
 }
@@ -95,12 +99,15 @@ impl Tls {
 
     /// Reads and checks the material, whatever `enabled` says.
     pub(crate) fn load(args: &TlsArgs) -> Result<Tls, TlsError> {
-        let roots = roots(args)?;
+        let (roots, cas) = roots(args)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
+        let verifier = verifier::ServerVerifier::new(roots, &cas, &provider)
+            .map_err(|reason| TlsError::Verifier { reason })?;
+        let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions")
-            .with_root_certificates(roots);
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier));
         let config = match (args.certfile.is_empty(), args.keyfile.is_empty()) {
             (true, true) => builder.with_no_client_auth(),
             (false, true) => {
@@ -118,13 +125,16 @@ impl Tls {
             (false, false) => {
                 let chain = certificates("tls_certfile", Path::new(args.certfile))?;
                 let key = private_key(Path::new(args.keyfile))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| TlsError::KeyMismatch {
+                let certified = verifier::client_cert(&provider, chain, key).map_err(|reason| {
+                    TlsError::KeyMismatch {
                         certfile: args.certfile.into(),
                         keyfile: args.keyfile.into(),
-                        reason: e.to_string(),
-                    })?
+                        reason,
+                    }
+                })?;
+                builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
+                    certified,
+                )))
             }
         };
         let sni = if args.sni.is_empty() {
@@ -156,18 +166,21 @@ impl Tls {
     }
 }
 
-fn roots(args: &TlsArgs) -> Result<RootCertStore, TlsError> {
+/// The CAs that verify the server, as rustls's store and as the
+/// certificates it was made of (for OpenSSL, see verifier.rs).
+fn roots(args: &TlsArgs) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let mut store = RootCertStore::empty();
+    let mut cas = Vec::new();
     if args.cafile.is_empty() && args.capath.is_empty() {
         let found = rustls_native_certs::load_native_certs();
-        let (added, _) = store.add_parsable_certificates(found.certs);
+        let (added, _) = store.add_parsable_certificates(found.certs.iter().cloned());
         if added == 0 {
             return Err(TlsError::NoSystemRoots);
         }
-        return Ok(store);
+        return Ok((store, found.certs));
     }
     if !args.cafile.is_empty() {
-        add_cas(&mut store, "tls_cafile", Path::new(args.cafile))?;
+        add_cas(&mut store, &mut cas, "tls_cafile", Path::new(args.cafile))?;
     }
     if !args.capath.is_empty() {
         let dir = Path::new(args.capath);
@@ -186,24 +199,31 @@ fn roots(args: &TlsArgs) -> Result<RootCertStore, TlsError> {
         let mut added = 0;
         for file in &files {
             if let Ok(certs) = certificates("tls_capath", file) {
-                added += store.add_parsable_certificates(certs).0;
+                added += store.add_parsable_certificates(certs.iter().cloned()).0;
+                cas.extend(certs);
             }
         }
         if added == 0 {
             return Err(file_error("no PEM CA certificate in the directory".into()));
         }
     }
-    Ok(store)
+    Ok((store, cas))
 }
 
-fn add_cas(store: &mut RootCertStore, arg: &'static str, path: &Path) -> Result<(), TlsError> {
+fn add_cas(
+    store: &mut RootCertStore,
+    cas: &mut Vec<CertificateDer<'static>>,
+    arg: &'static str,
+    path: &Path,
+) -> Result<(), TlsError> {
     let certs = certificates(arg, path)?;
     for cert in certs {
-        store.add(cert).map_err(|e| TlsError::File {
+        store.add(cert.clone()).map_err(|e| TlsError::File {
             arg,
             path: path.into(),
             reason: format!("not a usable CA certificate: {e}"),
         })?;
+        cas.push(cert);
     }
     Ok(())
 }
@@ -255,6 +275,8 @@ mod tls_material;
 #[cfg(test)]
 pub(crate) mod testing {
     use std::path::{Path, PathBuf};
+
+    pub use super::tls_material::V1_SERVER_CN;
 
     /// The test material in a directory removed on drop.
     pub struct Material {

@@ -63,8 +63,8 @@ use std::sync::Arc;
 
 use crate::connection::multiplexed::Multiplexed;
 use crate::connection::RequestError;
-use crate::testing::{tls_redis, Opener, RedisProcess};
-use crate::tls::testing::{material, text, Material};
+use crate::testing::{tls_redis, v1_tls_redis, Opener, RedisProcess};
+use crate::tls::testing::{material, text, Material, V1_SERVER_CN};
 use crate::tls::{Tls, TlsArgs};
 
 /// A busy 2-core machine may add this much to any bound.
@@ -241,6 +241,51 @@ fn a_tls_handshake_trickled_ends_at_the_connection_timeout() {
     let err = result.err().expect("no TLS session from a trickle");
     assert!(err.to_string().contains("TLS handshake: timeout"), "{err}");
     assert!(waited < timeout + SLACK, "{waited:?}");
+}
+
+/// X.509 v1 certificates (Redis's utils/gen-test-certs.sh) both ways: the
+/// server's chain verified by OpenSSL, its handshake signature by its
+/// public key, in TLS 1.2 and 1.3; the client's certificate taken by the
+/// server. Its name is its CN only: the host check still holds.
+#[test]
+fn v1_certificates_work_both_ways_in_tls_1_2_and_1_3() {
+    for protocol in ["TLSv1.2", "TLSv1.3"] {
+        let (_redis, port, files) =
+            v1_tls_redis(&format!("v1-{protocol}"), &["--tls-protocols", protocol]);
+        let addr = format!("127.0.0.1:{port}");
+        let connector = |sni: &str| {
+            let tls = Tls::load(&TlsArgs {
+                enabled: true,
+                cafile: text(&files.v1_ca),
+                certfile: text(&files.v1_client_cert),
+                keyfile: text(&files.v1_client_key),
+                sni,
+                ..TlsArgs::default()
+            })
+            .expect("v1 TLS material");
+            let location = addr.parse().expect("location");
+            let timeout = Some(Duration::from_secs(5));
+            Connector::new(&location, None, None, Protocol::Default, timeout, Some(tls))
+        };
+        let stats = Stats::default();
+        let mut conn = connector(V1_SERVER_CN)
+            .connect(&stats)
+            .unwrap_or_else(|e| panic!("{protocol}: {e}"));
+        let pong = conn.request(&packed(&[b"PING"]), Some(Duration::from_secs(5)));
+        assert!(
+            matches!(&pong, Ok(Reply::Status(s)) if s == "PONG"),
+            "{protocol}: {pong:?}"
+        );
+        // The host (an IP address: never checked against a CN), then a
+        // name that is not the CN.
+        for (sni, refused) in [
+            ("", "certificate not valid for name \"127.0.0.1\""),
+            ("localhost", "certificate not valid for name \"localhost\""),
+        ] {
+            let err = connector(sni).connect(&stats).err().expect("refused");
+            assert!(err.to_string().contains(refused), "{protocol}: {err}");
+        }
+    }
 }
 
 /// A UNIX-socket connect blocks while the server's accept queue is full

@@ -97,7 +97,12 @@
 //!   in 2021),
 //!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}`. The server
 //!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
-//!   optional` (a vtc may add `--tls-auth-clients yes`).
+//!   optional` (a vtc may add `--tls-auth-clients yes`). Besides, X.509 v1
+//!   certificates as Redis's utils/gen-test-certs.sh makes them, under
+//!   their own CA `${tls_v1_ca}`: `${tls_v1_server_cert}`,
+//!   `${tls_v1_server_key}` (CN=Server-only, no other name),
+//!   `${tls_v1_expired_cert}`, `${tls_v1_expired_key}`,
+//!   `${tls_v1_client_cert}`, `${tls_v1_client_key}` (CN=Client-only).
 //!
 //! # Result
 //! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a

@@ -139,6 +139,13 @@ pub(crate) fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, Str
         ("tls_expired_key", &m.expired_key),
         ("tls_client_cert", &m.client_cert),
         ("tls_client_key", &m.client_key),
+        ("tls_v1_ca", &m.v1_ca),
+        ("tls_v1_server_cert", &m.v1_server_cert),
+        ("tls_v1_server_key", &m.v1_server_key),
+        ("tls_v1_expired_cert", &m.v1_expired_cert),
+        ("tls_v1_expired_key", &m.v1_expired_key),
+        ("tls_v1_client_cert", &m.v1_client_cert),
+        ("tls_v1_client_key", &m.v1_client_key),
     ];
     for (_, path) in &files[1..] {
         // varnishd's workers (and redis) read them under their own users.
