@@ -589,8 +589,8 @@ reader!(vmod_db_get_array_reply_value, vmod_get_array_reply_value, (index: VCL_I
 
 entry!(vmod_db_stats, vmod_stats,
 (format: VCL_ENUM, stream: VCL_BOOL, prometheus_name_prefix: VCL_STRING,
- prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING,
- extended: VCL_BOOL) -> VCL_STRING = ptr::null(),
+ prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING);
+(extended: VCL_BOOL) -> VCL_STRING = ptr::null(),
 |ctx, db| {
     let prefix = arg_str(prometheus_name_prefix);
     let extra = arg_str(prometheus_extra_labels);
