@@ -191,6 +191,22 @@ pub unsafe extern "C" fn vmod_subnets(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn vmod_weights(
+    ctx: *const vrt_ctx,
+    priv_vcl: *mut vmod_priv,
+    rules: VCL_STRING,
+) {
+    // SAFETY: the contract (module doc) for ctx, priv_vcl and rules.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
+                vcl::weights(ctx, vcl, &arg_str(rules));
+            }
+        })
+    }
+}
+
+#[no_mangle]
 #[allow(clippy::too_many_arguments, reason = "one per argument in vmod.vcc")]
 pub unsafe extern "C" fn vmod_sentinels(
     ctx: *const vrt_ctx,
