@@ -223,6 +223,7 @@ pub unsafe extern "C" fn vmod_sentinels(
     tls_keyfile: VCL_STRING,
     tls_sni: VCL_STRING,
     password: VCL_STRING,
+    debug: VCL_BOOL,
     discover: VCL_BOOL,
 ) {
     // SAFETY: the contract (module doc) for ctx, priv_vcl and the STRING / ENUM arguments.
@@ -241,6 +242,7 @@ pub unsafe extern "C" fn vmod_sentinels(
                 protocol: &arg_str(protocol),
                 tls: tls_strings.args(tls),
                 password: Secret(&arg_str(password)),
+                debug: debug != 0,
                 discover: discover != 0,
             };
             vcl::sentinels(ctx, vcl, &args);
