@@ -5,8 +5,9 @@
 //!   they may be masters); `master=false` considers every server.
 //! - Healthy servers come before sick ones: a sick server is used only when
 //!   nothing else can serve.
-//! - Then the closest first, by subnet weight (`redis.subnets()`; a UNIX
-//!   socket is always the closest, a server matching no mask the farthest).
+//! - Then the closest first, by weight (`redis.subnets()` or
+//!   `redis.weights()`; a UNIX socket is always the closest, a server
+//!   matching no mask or rule the farthest).
 //! - Then by role: for `master=false`, replicas before masters (reads go
 //!   to replicas while they can), servers of unknown role in between; for
 //!   `master=true`, known masters before unknown ones.
@@ -36,7 +37,7 @@ pub(crate) type Candidates = SmallVec<[Candidate; INLINE]>;
 /// What the plan needs to know of one server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Candidate {
-    /// Subnet weight: lower is closer.
+    /// Weight (`redis.subnets()` or `redis.weights()`): lower is closer.
     pub weight: u32,
     pub role: Role,
     pub sick: bool,

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::{
-    redact_credentials, DbArgs, DbConfig, Location, Role, SentinelArgs, SentinelConfig, Subnets,
+    redact_credentials, DbArgs, DbConfig, Location, Preference, Role, SentinelArgs, SentinelConfig,
+    Subnets, Weights,
 };
 use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
@@ -21,11 +22,13 @@ use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 
 /// What one loaded VCL holds (PRIV_VCL): its databases by VCL name, for
-/// the proxied functions and the events, and the subnet weights.
+/// the proxied functions and the events, and the servers' weights.
 #[derive(Default)]
 pub struct VclState {
     databases: RwLock<Vec<Arc<Database>>>,
-    subnets: Mutex<Option<Subnets>>,
+    /// `redis.subnets()` or `redis.weights()`, set by the first of them or
+    /// by the first `redis.db()` (then no subnets, no weights).
+    preference: Mutex<Option<Preference>>,
     /// The private connections of every database of this VCL that uses
     /// them: one budget per worker thread, as in the C VMOD.
     private: Arc<PrivateConnections>,
@@ -74,17 +77,17 @@ fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
 
 /// `new db = redis.db(...)`.
 pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Arc<Database>> {
-    // Later subnets() calls are ignored once a database exists.
-    let subnets = vcl
-        .subnets
+    // Later subnets() and weights() calls are ignored once a database exists.
+    let preference = vcl
+        .preference
         .lock()
-        .get_or_insert_with(Subnets::default)
+        .get_or_insert_with(Preference::default)
         .clone();
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
-            Database::with_stats(name, config, stats, subnets, &vcl.private)
+            Database::with_stats(name, config, stats, preference, &vcl.private)
         });
     match created {
         Ok(db) => {
@@ -122,22 +125,51 @@ pub fn add_server(ctx: &Ctx, db: &Database, location: &str, role: &str) {
 
 /// `redis.subnets()`: parsed now so a typo fails `vcl.load`.
 pub fn subnets(ctx: &Ctx, vcl: &VclState, masks: &str) {
-    let masks = if masks.is_empty() {
-        std::env::var("VMOD_REDIS_SUBNETS").unwrap_or_default()
+    set_preference(ctx, vcl, "subnets", masks, "VMOD_REDIS_SUBNETS", |masks| {
+        Subnets::parse(masks).map(Preference::Subnets)
+    });
+}
+
+/// `redis.weights()`: parsed now so a typo fails `vcl.load`.
+pub fn weights(ctx: &Ctx, vcl: &VclState, rules: &str) {
+    set_preference(ctx, vcl, "weights", rules, "VMOD_REDIS_WEIGHTS", |rules| {
+        Weights::parse(rules).map(Preference::Weights)
+    });
+}
+
+/// What `redis.subnets()` and `redis.weights()` share: an empty `text`
+/// takes the environment variable `env`; the first call of either (before
+/// any `redis.db()`) sets the VCL's preference, and any later call of
+/// either is refused with a `VCL_Error` (the VCL keeps loading).
+fn set_preference(
+    ctx: &Ctx,
+    vcl: &VclState,
+    function: &str,
+    text: &str,
+    env: &str,
+    parse: impl FnOnce(&str) -> Result<Preference, crate::config::ConfigError>,
+) {
+    let text = if text.is_empty() {
+        std::env::var(env).unwrap_or_default()
     } else {
-        masks.to_string()
+        text.to_string()
     };
-    let mut current = vcl.subnets.lock();
-    if current.is_some() {
+    let mut current = vcl.preference.lock();
+    if let Some(preference) = current.as_ref() {
+        let why = if vcl.databases.read().is_empty() {
+            format!("{} was called before in this VCL", preference.function())
+        } else {
+            "call it before the first redis.db()".to_string()
+        };
         ctx.log(
             LogTag::Error,
-            "[REDIS] subnets() ignored: call it before the first redis.db()",
+            &format!("[REDIS] {function}() ignored: {why}"),
         );
         return;
     }
-    match Subnets::parse(&masks) {
+    match parse(&text) {
         Ok(parsed) => *current = Some(parsed),
-        Err(err) => ctx.fail(&format!("[REDIS] subnets(\"{masks}\"): {err}")),
+        Err(err) => ctx.fail(&format!("[REDIS] {function}(\"{text}\"): {err}")),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Parsing and validation of the arguments of `redis.db()` and
-//! `redis.subnets()`.
+//! Parsing and validation of the arguments of `redis.db()`,
+//! `redis.subnets()`, `redis.weights()` and `redis.sentinels()`.
 //!
 //! Everything here runs in `vcl_init`, where a bad value must fail
 //! `vcl.load` with a message that names the argument and the value, instead
@@ -11,6 +11,7 @@ mod location;
 mod log_sinks;
 mod sentinel;
 mod subnets;
+mod weights;
 
 pub use crate::tls::TlsArgs;
 pub(crate) use location::redact_credentials;
@@ -19,6 +20,7 @@ pub use location::{Location, LocationError};
 pub(crate) use log_sinks::LogSinks;
 pub use sentinel::{SentinelArgs, SentinelConfig};
 pub use subnets::Subnets;
+pub use weights::{Preference, Weights};
 
 use std::fmt;
 use std::str::FromStr;
@@ -100,6 +102,14 @@ pub enum ConfigError {
         entry: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// One rule of a `redis.weights()` list is malformed.
+    #[error("invalid weights rule \"{rule}\": {reason} (expected \"<weight 0-3> <regular expression>\", e.g. \"0 ^192\\.168\\.1\\.102:\")")]
+    InvalidWeights {
+        /// The rule as given (trimmed).
+        rule: String,
+        /// What is wrong with it.
+        reason: String,
     },
 }
 

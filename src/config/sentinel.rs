@@ -16,6 +16,7 @@ pub struct SentinelArgs<'a> {
     pub protocol: &'a str,
     pub tls: TlsArgs<'a>,
     pub password: Secret<&'a str>,
+    pub debug: bool,
     pub discover: bool,
 }
 
@@ -30,6 +31,7 @@ impl Default for SentinelArgs<'_> {
             protocol: "default",
             tls: TlsArgs::default(),
             password: Secret(""),
+            debug: false,
             discover: false,
         }
     }
@@ -48,6 +50,8 @@ pub struct SentinelConfig {
     pub protocol: Protocol,
     pub tls: Option<crate::tls::Tls>,
     pub password: Option<Secret<String>>,
+    /// Log connections, events and refreshes too (the C VMOD's `debug`).
+    pub debug: bool,
     /// [ext] add and remove the replicas Sentinel reports.
     pub discover: bool,
 }
@@ -94,6 +98,7 @@ impl SentinelConfig {
             protocol,
             tls,
             password,
+            debug: args.debug,
             discover: args.discover,
         }))
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::commands::Commands;
-use crate::config::{ConfigError, DbConfig, Location, Role, Subnets};
+use crate::config::{ConfigError, DbConfig, Location, Preference, Role};
 use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
 use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
@@ -52,7 +52,8 @@ pub struct Database {
     id: u64,
     config: DbConfig,
     stats: Arc<Stats>,
-    subnets: Subnets,
+    /// `redis.subnets()` or `redis.weights()`: each server's weight.
+    preference: Preference,
     servers: Servers,
     /// The VCL's per-thread lists (one budget for all its private
     /// databases): where this database's private connections are kept
@@ -75,14 +76,20 @@ pub use lease::TaskConnection;
 
 impl Database {
     /// Builds the object with its counters in its own memory, no subnets
-    /// and private connections of its own.
+    /// nor weights, and private connections of its own.
     pub fn new(name: &str, config: DbConfig) -> Result<Self> {
         let private = Arc::new(PrivateConnections::default());
-        Self::with_stats(name, config, Stats::default(), Subnets::default(), &private)
+        Self::with_stats(
+            name,
+            config,
+            Stats::default(),
+            Preference::default(),
+            &private,
+        )
     }
 
     /// Builds the object counting into `stats` (e.g. a varnishstat
-    /// segment), weighing servers with `subnets`; in private mode its
+    /// segment), weighing servers by `preference`; in private mode its
     /// connections go into `private`, the lists of its VCL. With
     /// `type=auto` the first server is asked its role now (a server that is
     /// down is asked again on its first connection).
@@ -90,7 +97,7 @@ impl Database {
         name: &str,
         config: DbConfig,
         stats: Stats,
-        subnets: Subnets,
+        preference: Preference,
         private: &Arc<PrivateConnections>,
     ) -> Result<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -101,7 +108,7 @@ impl Database {
             cluster: (config.role == Role::Cluster).then(Cluster::default),
             config,
             stats: Arc::new(stats),
-            subnets,
+            preference,
             servers: Servers::default(),
             commands: Commands::default(),
         };
@@ -250,7 +257,7 @@ impl Database {
             connector,
             role,
             Arc::new(Health::new(config.sickness_ttl)),
-            self.subnets.weight(location),
+            self.preference.weight(location),
             policy,
             Arc::new(connections),
         )

@@ -191,6 +191,22 @@ pub unsafe extern "C" fn vmod_subnets(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn vmod_weights(
+    ctx: *const vrt_ctx,
+    priv_vcl: *mut vmod_priv,
+    rules: VCL_STRING,
+) {
+    // SAFETY: the contract (module doc) for ctx, priv_vcl and rules.
+    unsafe {
+        guard(ctx, (), |ctx| {
+            if let Some(vcl) = slot_of::<VclState>(priv_vcl) {
+                vcl::weights(ctx, vcl, &arg_str(rules));
+            }
+        })
+    }
+}
+
+#[no_mangle]
 #[allow(clippy::too_many_arguments, reason = "one per argument in vmod.vcc")]
 pub unsafe extern "C" fn vmod_sentinels(
     ctx: *const vrt_ctx,
@@ -207,6 +223,7 @@ pub unsafe extern "C" fn vmod_sentinels(
     tls_keyfile: VCL_STRING,
     tls_sni: VCL_STRING,
     password: VCL_STRING,
+    debug: VCL_BOOL,
     discover: VCL_BOOL,
 ) {
     // SAFETY: the contract (module doc) for ctx, priv_vcl and the STRING / ENUM arguments.
@@ -225,6 +242,7 @@ pub unsafe extern "C" fn vmod_sentinels(
                 protocol: &arg_str(protocol),
                 tls: tls_strings.args(tls),
                 password: Secret(&arg_str(password)),
+                debug: debug != 0,
                 discover: discover != 0,
             };
             vcl::sentinels(ctx, vcl, &args);
@@ -589,8 +607,8 @@ reader!(vmod_db_get_array_reply_value, vmod_get_array_reply_value, (index: VCL_I
 
 entry!(vmod_db_stats, vmod_stats,
 (format: VCL_ENUM, stream: VCL_BOOL, prometheus_name_prefix: VCL_STRING,
- prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING,
- extended: VCL_BOOL) -> VCL_STRING = ptr::null(),
+ prometheus_default_labels: VCL_BOOL, prometheus_extra_labels: VCL_STRING);
+(extended: VCL_BOOL) -> VCL_STRING = ptr::null(),
 |ctx, db| {
     let prefix = arg_str(prometheus_name_prefix);
     let extra = arg_str(prometheus_extra_labels);

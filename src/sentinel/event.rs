@@ -60,10 +60,10 @@ fn text(reply: &Reply) -> Option<&str> {
     }
 }
 
-/// A `pmessage` (`[pmessage, pattern, channel, payload]`, RESP2 array or
-/// RESP3 push) as an [`Event`]; None for anything else (subscription
-/// acknowledgements, `PONG`, events about Sentinels themselves).
-pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
+/// The channel and payload of a `pmessage` (`[pmessage, pattern,
+/// channel, payload]`, RESP2 array or RESP3 push); None for anything else
+/// (subscription acknowledgements, `PONG`).
+pub(crate) fn pmessage(reply: &Reply) -> Option<(&str, &str)> {
     let Reply::Array(items) = reply else {
         return None;
     };
@@ -73,8 +73,15 @@ pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
     if text(kind)? != "pmessage" {
         return None;
     }
-    let words: Vec<&str> = text(payload)?.split_whitespace().collect();
-    match text(channel)? {
+    Some((text(channel)?, text(payload)?))
+}
+
+/// A `pmessage` as an [`Event`]; None for anything else (see
+/// [`pmessage`]), and for events about Sentinels themselves.
+pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
+    let (channel, payload) = pmessage(reply)?;
+    let words: Vec<&str> = payload.split_whitespace().collect();
+    match channel {
         "+switch-master" => match words.as_slice() {
             [name, old_ip, old_port, new_ip, new_port] => Some(Event::SwitchMaster {
                 name: name.to_string(),

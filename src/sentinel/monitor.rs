@@ -140,6 +140,18 @@ impl Runner {
         }
     }
 
+    /// `debug=true`: what the thread hears from the Sentinel at `location`
+    /// and what it makes of it, besides the changes [`Self::log_all`]
+    /// always logs. `line` is only built when it is logged.
+    fn debug(&self, location: &Location, line: impl FnOnce() -> String) {
+        if self.config.debug {
+            (self.log)(
+                Level::Info,
+                &format!("[REDIS] sentinel {location}: {}", line()),
+            );
+        }
+    }
+
     /// Sentinels in turn until stopped; a pause after a whole round of
     /// failures (a loop bounded in time by the stop flag).
     fn run(mut self) {
@@ -213,8 +225,11 @@ impl Runner {
         if let Err(err) = pubsub.send(&packed(&subscribe), Some(self.command_wait())) {
             return failed(format!("PSUBSCRIBE: {err}"), false);
         }
+        self.debug(location, || {
+            format!("connected, subscribed to {}", event::PATTERNS.join(" "))
+        });
         // Asked once subscribed, so that no event falls in between.
-        if let Err(reason) = self.refresh(&mut commands) {
+        if let Err(reason) = self.refresh(location, &mut commands) {
             return failed(reason, false);
         }
         let ping = packed(&["PING"]);
@@ -233,10 +248,7 @@ impl Runner {
                         let text = crate::connection::loggable_error(text);
                         return failed(format!("error on the subscribed connection: {text}"), true);
                     }
-                    if let Some(event) = event::parse_message(&reply) {
-                        let lines = self.knowledge.on_event(&event, &self.databases);
-                        self.log_all(lines);
-                    }
+                    self.on_message(location, &reply);
                 }
                 Err(Failure::Timeout) => {}
                 Err(err) => return failed(format!("subscribed connection: {err}"), true),
@@ -263,12 +275,29 @@ impl Runner {
                 .period
                 .is_some_and(|period| now.duration_since(refreshed) >= period)
             {
-                if let Err(reason) = self.refresh(&mut commands) {
+                if let Err(reason) = self.refresh(location, &mut commands) {
                     return failed(reason, true);
                 }
                 refreshed = Instant::now();
             }
         }
+    }
+
+    /// A message on the subscribed connection: an event changes what it
+    /// says; anything else (`PONG`, acknowledgements) is dropped.
+    fn on_message(&mut self, location: &Location, reply: &Reply) {
+        let Some((channel, payload)) = event::pmessage(reply) else {
+            return;
+        };
+        self.debug(location, || format!("event {channel} {payload}"));
+        let lines = match event::parse_message(reply) {
+            Some(event) => self.knowledge.on_event(&event, &self.databases),
+            None => Vec::new(),
+        };
+        if lines.is_empty() {
+            self.debug(location, || format!("{channel}: no change"));
+        }
+        self.log_all(lines);
     }
 
     /// One command on the command connection; an error reply is a failure
@@ -287,7 +316,7 @@ impl Runner {
 
     /// `SENTINEL masters`, then `SENTINEL replicas` of each: the whole
     /// picture, applied at once.
-    fn refresh(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn refresh(&mut self, location: &Location, conn: &mut Connection) -> Result<(), String> {
         let reply = self.ask(conn, &["SENTINEL", "masters"])?;
         let masters = event::parse_instances(&reply)
             .ok_or_else(|| "SENTINEL masters: unexpected reply".to_string())?;
@@ -301,8 +330,42 @@ impl Runner {
                 .ok_or_else(|| "SENTINEL replicas: unexpected reply".to_string())?;
             full.push(Master { master, replicas });
         }
+        for master in &full {
+            self.debug(location, || describe(master));
+        }
         let lines = self.knowledge.on_refresh(&full, &self.databases);
+        if lines.is_empty() {
+            self.debug(location, || {
+                format!("SENTINEL masters: {} master(s), no change", full.len())
+            });
+        }
         self.log_all(lines);
         Ok(())
     }
+}
+
+/// One master of a refresh as `debug=true` logs it: its name, address and
+/// replicas, each with Sentinel's verdicts.
+fn describe(master: &Master) -> String {
+    let instance = |reported: &event::Reported| {
+        let mut text = reported.addr.to_string();
+        if reported.sdown {
+            text.push_str(" (sdown)");
+        }
+        if reported.odown {
+            text.push_str(" (odown)");
+        }
+        text
+    };
+    let replicas: Vec<String> = master.replicas.iter().map(instance).collect();
+    let replicas = if replicas.is_empty() {
+        "none".to_string()
+    } else {
+        replicas.join(", ")
+    };
+    format!(
+        "master {} at {}, replicas: {replicas}",
+        master.master.name,
+        instance(&master.master)
+    )
 }

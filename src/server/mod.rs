@@ -41,7 +41,7 @@ pub struct Server {
     pub(crate) id: u32,
     pub connector: Connector,
     pub health: Arc<Health>,
-    /// Subnet weight (`redis.subnets()`): lower is closer.
+    /// Weight (`redis.subnets()` or `redis.weights()`): lower is closer.
     pub(crate) weight: u32,
     /// The type the VCL gave: only `auto` servers have their role asked
     /// (and asked again when it may have changed).

@@ -500,7 +500,14 @@ fn private_connections_are_one_budget_per_thread_across_databases() {
             ..DbArgs::default()
         };
         let config = DbConfig::from_args(&args).unwrap();
-        Database::with_stats("db", config, Stats::default(), Subnets::default(), &private).unwrap()
+        Database::with_stats(
+            "db",
+            config,
+            Stats::default(),
+            Preference::default(),
+            &private,
+        )
+        .unwrap()
     };
     let (db1, db2) = (make(&one), make(&two));
     run(&db1, &["SET", "k", "1"]).unwrap();
