@@ -1,7 +1,10 @@
 //! Cluster mode: reading the slot map from a node (`CLUSTER SLOTS`) and
-//! making its nodes the servers of the database. A discovery runs when the
-//! first command needs the map, and again after a `MOVED` that the map
-//! does not agree with or a failed attempt: at most once per
+//! making its nodes the servers of the database. As in the C VMOD, the map
+//! is first read in `vcl_init`, from each seed declared while none gave
+//! one yet ([`Database::discover_at_load`]). At run time a discovery runs
+//! when a command needs the map (none could be read at load), and again
+//! after a `MOVED` that the map does not agree with or a failed attempt:
+//! at most once per
 //! [`DISCOVERY_INTERVAL`], whatever asks for it, and once per change:
 //! workers that see the same change while another one is already at it
 //! (or has done it since) do not start one. Without a map (none could be
@@ -66,11 +69,14 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    pub(super) fn add_seed(&self, location: Location) {
+    /// Whether `location` is a new seed.
+    pub(super) fn add_seed(&self, location: Location) -> bool {
         let mut seeds = self.seeds.lock();
-        if !seeds.contains(&location) {
+        let new = !seeds.contains(&location);
+        if new {
             seeds.push(location);
         }
+        new
     }
 
     pub(super) fn generation(&self) -> u64 {
@@ -146,36 +152,50 @@ impl Database {
     /// A discovery, run with its lock held (`last`): records when it
     /// ended and, when it found no map, why.
     fn discover(&self, cluster: &Cluster, last: &mut LastDiscovery, x: &mut Execution) {
-        let error = self.read_slots(cluster, x).err();
+        let nodes = self.nodes_to_ask(cluster);
+        let error = self
+            .read_slots(cluster, &nodes, x.deadline, false, &mut *x.debug)
+            .err();
         *last = LastDiscovery {
             ended: Some(Instant::now()),
             error,
         };
     }
 
-    /// Asks the known masters (healthy ones first), then the seeds, for
-    /// the slot map until one answers, and applies it. A map that still
-    /// gives slots to a master found sick (a node that has not heard of a
-    /// failover yet) is kept only if no other node gives a better one.
-    /// Counted in `cluster.discoveries.*`; the error says what each node
-    /// asked answered.
-    fn read_slots(&self, cluster: &Cluster, x: &mut Execution) -> Result<(), Arc<str>> {
-        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+    /// In `vcl_init`, for a seed just declared (`redis.db()`'s location
+    /// or `.add_server()`, once per seed): while no map has been read, the map from that
+    /// seed, now. So `servers.total` counts every node before the first
+    /// command, and a seed that cannot be reached is marked sick and
+    /// logged at `vcl.load`, as in the C VMOD (which asks only the first
+    /// seed; a later one is asked here too while none answered). Each step
+    /// is a probe step: `vcl.load` never waits long on a frozen seed. Not
+    /// subject to the interval, nor holding the first command's discovery
+    /// back.
+    pub(crate) fn discover_at_load(&self, seed: &Location, note: &mut dyn FnMut(Note)) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let mut last = cluster.discovery.lock();
+        if self.topology().slots.is_some() {
+            return;
+        }
+        last.error = self
+            .read_slots(cluster, std::slice::from_ref(seed), None, true, note)
+            .err();
+    }
+
+    /// The nodes a run-time discovery asks, in order: the known masters
+    /// (healthy ones first), then the seeds.
+    fn nodes_to_ask(&self, cluster: &Cluster) -> Vec<Location> {
         let now = Instant::now();
         let topology = self.topology();
-        let sick: Vec<&Location> = topology
-            .servers
-            .iter()
-            .filter(|server| server.health.is_sick(now))
-            .map(|server| server.location())
-            .collect();
         let mut masters: Vec<&Arc<Server>> = topology
             .servers
             .iter()
             .filter(|server| server.role() == Role::Master)
             .collect();
         // Stable: healthy masters first, in their order.
-        masters.sort_by_key(|server| sick.contains(&server.location()));
+        masters.sort_by_key(|server| server.health.is_sick(now));
         let mut nodes: Vec<Location> = masters
             .iter()
             .map(|server| server.location().clone())
@@ -185,10 +205,37 @@ impl Database {
                 nodes.push(seed.clone());
             }
         }
+        nodes.truncate(MAX_NODES_ASKED);
+        nodes
+    }
+
+    /// Asks `nodes` in order for the slot map until one answers, and
+    /// applies it. A map that still gives slots to a master found sick (a
+    /// node that has not heard of a failover yet) is kept only if no other
+    /// node gives a better one. `mark_unreachable`: a node that cannot be
+    /// connected to is marked sick (at load, where no command did it).
+    /// Counted in `cluster.discoveries.*`; the error says what each node
+    /// asked answered.
+    fn read_slots(
+        &self,
+        cluster: &Cluster,
+        nodes: &[Location],
+        deadline: Option<Instant>,
+        mark_unreachable: bool,
+        note: &mut dyn FnMut(Note),
+    ) -> Result<(), Arc<str>> {
+        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+        let now = Instant::now();
+        let topology = self.topology();
+        let sick: Vec<&Location> = topology
+            .servers
+            .iter()
+            .filter(|server| server.health.is_sick(now))
+            .map(|server| server.location())
+            .collect();
         // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
         // probe step: a node that does not answer in time is skipped for
         // the next, and the whole discovery stays short for the worker.
-        let deadline = x.deadline;
         let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
         // Not counted in the database's connection counters, as the ROLE
         // probe: they count what commands use.
@@ -199,12 +246,19 @@ impl Database {
             let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
             masters.any(|master| master.is_ok_and(|master| sick.contains(&master)))
         };
-        for location in nodes.iter().take(MAX_NODES_ASKED) {
+        for location in nodes {
             let asked = location.to_string();
             let answer = self
                 .connector(location)
                 .connect_within(&probe_stats, cap(self.config.connection_timeout))
-                .map_err(|err| err.to_string())
+                .map_err(|err| {
+                    if mark_unreachable {
+                        if let Some(server) = topology.by_location(location) {
+                            server.health.mark_failed();
+                        }
+                    }
+                    err.to_string()
+                })
                 .and_then(|mut conn| {
                     conn.request(CLUSTER_SLOTS, cap(self.config.command_timeout))
                         .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))
@@ -216,14 +270,14 @@ impl Database {
                 }
                 Ok(map) if names_sick(&map) => {
                     if self.config.debug {
-                        x.note(Note::Debug(&format!(
+                        note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
                     stale.get_or_insert((asked, map));
                 }
                 Ok(map) => {
-                    self.use_slots(cluster, &asked, map, x);
+                    self.use_slots(cluster, &asked, map, note);
                     return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
@@ -231,7 +285,7 @@ impl Database {
         }
         if let Some((asked, map)) = stale {
             // The best there is: the sick master may be back.
-            self.use_slots(cluster, &asked, map, x);
+            self.use_slots(cluster, &asked, map, note);
             return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
@@ -243,13 +297,19 @@ impl Database {
         } else {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
-        x.note(Note::Warning(&text));
+        note(Note::Warning(&text));
         Err(text.into())
     }
 
-    fn use_slots(&self, cluster: &Cluster, asked: &str, map: SlotMap<Node>, x: &mut Execution) {
+    fn use_slots(
+        &self,
+        cluster: &Cluster,
+        asked: &str,
+        map: SlotMap<Node>,
+        note: &mut dyn FnMut(Note),
+    ) {
         if self.config.debug {
-            x.note(Note::Debug(&format!(
+            note(Note::Debug(&format!(
                 "cluster slots from {asked}: {} shards, {} nodes",
                 map.shards.len(),
                 map.nodes().count()
@@ -355,8 +415,12 @@ mod tests {
         })
         .expect("valid config");
         let db = Database::new("c", config).expect("database");
-        db.add_server(&"Redis-B.example:7001".parse().unwrap(), Role::Cluster)
-            .unwrap();
+        db.add_server(
+            &"Redis-B.example:7001".parse().unwrap(),
+            Role::Cluster,
+            &mut |_| {},
+        )
+        .unwrap();
         let ids = |db: &Database| -> Vec<(String, u32)> {
             let topology = db.topology();
             let servers = topology.servers.iter();
@@ -432,6 +496,49 @@ mod tests {
             .clone();
         assert_eq!((shard.master, shard.replicas), (usize::MAX, vec![0]));
         assert_eq!(topology.servers[0].role(), Role::Slave);
+    }
+
+    /// A seed that refuses connections, declared in `vcl_init`: asked at
+    /// once, marked sick, its failure reported; `vcl.load` goes on.
+    #[test]
+    fn a_dead_seed_is_known_at_load() {
+        use crate::config::{DbArgs, DbConfig, Subnets};
+        use crate::connection::private::PrivateConnections;
+
+        let config = DbConfig::from_args(&DbArgs {
+            location: "127.0.0.1:1",
+            role: "cluster",
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let mut warnings = Vec::new();
+        let db = Database::with_stats(
+            "c",
+            config,
+            Stats::default(),
+            Subnets::default(),
+            &Arc::new(PrivateConnections::default()),
+            &mut |note| {
+                if let Note::Warning(text) = note {
+                    warnings.push(text.to_string());
+                }
+            },
+        )
+        .expect("loads");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("cluster discovery failed: 127.0.0.1:1: cannot connect"),
+            "{warnings:?}"
+        );
+        let topology = db.topology();
+        assert!(topology.slots.is_none());
+        assert!(topology.servers[0].health.is_sick(Instant::now()));
+        assert_eq!(db.stats().get(Counter::ServersTotal), 1);
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesFailed), 1);
+        // The same seed declared again is not asked again.
+        db.add_server(&"127.0.0.1:1".parse().unwrap(), Role::Cluster, &mut |_| {})
+            .unwrap();
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
     }
 
     #[test]
