@@ -61,6 +61,14 @@ fn log_error(ctx: &Ctx, db: &Database, what: &str) {
     ctx.log(LogTag::Error, &format!("[REDIS] db {}: {what}", db.name()));
 }
 
+/// Logs what a database reports (`debug=true` lines, warnings), naming it.
+fn log_note(ctx: &Ctx, db_name: &str, note: Note) {
+    match note {
+        Note::Debug(msg) => ctx.log(LogTag::Debug, &format!("[REDIS] db {db_name}: {msg}")),
+        Note::Warning(msg) => ctx.log(LogTag::Error, &format!("[REDIS] db {db_name}: {msg}")),
+    }
+}
+
 fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
     let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db).cast::<c_void>());
     if slot.is_none() {
@@ -87,7 +95,8 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
         .map_err(Error::from)
         .and_then(|config| {
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
-            Database::with_stats(name, config, stats, preference, &vcl.private)
+            let mut note = |note: Note| log_note(ctx, name, note);
+            Database::with_stats(name, config, stats, preference, &vcl.private, &mut note)
         });
     match created {
         Ok(db) => {
@@ -113,7 +122,9 @@ pub fn add_server(ctx: &Ctx, db: &Database, location: &str, role: &str) {
         .parse::<Location>()
         .and_then(|location| Ok((location, role.parse::<Role>()?)))
         .map_err(Error::from)
-        .and_then(|(location, role)| db.add_server(&location, role));
+        .and_then(|(location, role)| {
+            db.add_server(&location, role, &mut |note| log_note(ctx, db.name(), note))
+        });
     if let Err(err) = added {
         ctx.fail(&format!(
             "[REDIS] db {}: add_server({}): {err}",
@@ -275,10 +286,7 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
         log_no_command(ctx, db, "execute()");
         return;
     };
-    let mut debug = |note: Note| match note {
-        Note::Debug(msg) => ctx.log(LogTag::Debug, &format!("[REDIS] db {}: {msg}", db.name())),
-        Note::Warning(msg) => log_error(ctx, db, msg),
-    };
+    let mut debug = |note: Note| log_note(ctx, db.name(), note);
     match db.execute(command, master, connection, &mut debug) {
         Ok(reply) => {
             // An error reply is kept as the reply, and logged (as the C VMOD).

@@ -163,6 +163,9 @@ impl Database {
             }
             if let Some(redirection) = redirect {
                 drop(lease);
+                // As in the C VMOD, `commands.total` counts each send that
+                // got a reply: a command redirected once counts 2.
+                self.stats.inc(Counter::CommandsTotal);
                 let (to, ask, moved_slot) = match redirection {
                     Redirection::Moved { slot, to } => {
                         self.stats.inc(Counter::ClusterRepliesMoved);
@@ -175,7 +178,8 @@ impl Database {
                 };
                 hops += 1;
                 if hops > max_hops {
-                    self.stats.inc(Counter::CommandsFailed);
+                    // Not in `commands.failed`, as in the C VMOD: every
+                    // send got a reply, counted above.
                     return Err(Error::TooManyRedirections {
                         max: max_hops,
                         last: text.clone(),
@@ -201,6 +205,8 @@ impl Database {
             }
             if retry == Retry::Again && failed < x.retries && !self.may_have_run(x, &reply) {
                 failed += 1;
+                // A reply, if not the one the command ends with.
+                self.stats.inc(Counter::CommandsTotal);
                 self.stats.inc(Counter::CommandsRetried);
                 if self.config.debug {
                     let text = format!("{} replied {text}; retrying", server.location());

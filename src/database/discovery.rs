@@ -1,13 +1,16 @@
 //! Cluster mode: reading the slot map from a node (`CLUSTER SLOTS`) and
-//! making its nodes the servers of the database. A discovery runs when the
-//! first command needs the map, and again after a `MOVED` that the map
-//! does not agree with or a failed attempt: at most once per
+//! making its nodes the servers of the database. As in the C VMOD, the map
+//! is first read in `vcl_init`, from each seed declared while none gave
+//! one yet ([`Database::discover_at_load`]). At run time a discovery runs
+//! when a command needs the map (none could be read at load), and again
+//! after a `MOVED` that the map does not agree with or a failed attempt:
+//! at most once per
 //! [`DISCOVERY_INTERVAL`], whatever asks for it, and once per change:
 //! workers that see the same change while another one is already at it
 //! (or has done it since) do not start one. Without a map (none could be
 //! read), commands fail at once with the last discovery's error until the
 //! interval allows the next one.
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use parking_lot::Mutex;
 use super::execute::Execution;
 use super::{probe_step, within, Database, Note};
 use crate::cluster::{parse_shards, parse_slots, Node, ShardsMap, SlotMap};
-use crate::config::{Location, Role};
+use crate::config::{DbConfig, Location, Role};
 use crate::error::{Error, Result};
 use crate::protocol::Reply;
 use crate::server::Server;
@@ -67,14 +70,20 @@ pub(crate) struct Cluster {
     /// Discoveries run so far: a worker that saw a `MOVED` on the map of
     /// generation `g` starts one only if the generation is still `g`.
     generation: AtomicU64,
+    /// The costly private setting (see [`costly_private_setting`]) was
+    /// logged: once per database.
+    costly_logged: AtomicBool,
 }
 
 impl Cluster {
-    pub(super) fn add_seed(&self, location: Location) {
+    /// Whether `location` is a new seed.
+    pub(super) fn add_seed(&self, location: Location) -> bool {
         let mut seeds = self.seeds.lock();
-        if !seeds.contains(&location) {
+        let new = !seeds.contains(&location);
+        if new {
             seeds.push(location);
         }
+        new
     }
 
     pub(super) fn generation(&self) -> u64 {
@@ -150,36 +159,50 @@ impl Database {
     /// A discovery, run with its lock held (`last`): records when it
     /// ended and, when it found no map, why.
     fn discover(&self, cluster: &Cluster, last: &mut LastDiscovery, x: &mut Execution) {
-        let error = self.read_slots(cluster, x).err();
+        let nodes = self.nodes_to_ask(cluster);
+        let error = self
+            .read_slots(cluster, &nodes, x.deadline, false, &mut *x.debug)
+            .err();
         *last = LastDiscovery {
             ended: Some(Instant::now()),
             error,
         };
     }
 
-    /// Asks the known masters (healthy ones first), then the seeds, for
-    /// the slot map until one answers, and applies it. A map that still
-    /// gives slots to a master found sick (a node that has not heard of a
-    /// failover yet) is kept only if no other node gives a better one.
-    /// Counted in `cluster.discoveries.*`; the error says what each node
-    /// asked answered.
-    fn read_slots(&self, cluster: &Cluster, x: &mut Execution) -> Result<(), Arc<str>> {
-        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+    /// In `vcl_init`, for a seed just declared (`redis.db()`'s location
+    /// or `.add_server()`, once per seed): while no map has been read, the map from that
+    /// seed, now. So `servers.total` counts every node before the first
+    /// command, and a seed that cannot be reached is marked sick and
+    /// logged at `vcl.load`, as in the C VMOD (which asks only the first
+    /// seed; a later one is asked here too while none answered). Each step
+    /// is a probe step: `vcl.load` never waits long on a frozen seed. Not
+    /// subject to the interval, nor holding the first command's discovery
+    /// back.
+    pub(crate) fn discover_at_load(&self, seed: &Location, note: &mut dyn FnMut(Note)) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let mut last = cluster.discovery.lock();
+        if self.topology().slots.is_some() {
+            return;
+        }
+        last.error = self
+            .read_slots(cluster, std::slice::from_ref(seed), None, true, note)
+            .err();
+    }
+
+    /// The nodes a run-time discovery asks, in order: the known masters
+    /// (healthy ones first), then the seeds.
+    fn nodes_to_ask(&self, cluster: &Cluster) -> Vec<Location> {
         let now = Instant::now();
         let topology = self.topology();
-        let sick: Vec<&Location> = topology
-            .servers
-            .iter()
-            .filter(|server| server.health.is_sick(now))
-            .map(|server| server.location())
-            .collect();
         let mut masters: Vec<&Arc<Server>> = topology
             .servers
             .iter()
             .filter(|server| server.role() == Role::Master)
             .collect();
         // Stable: healthy masters first, in their order.
-        masters.sort_by_key(|server| sick.contains(&server.location()));
+        masters.sort_by_key(|server| server.health.is_sick(now));
         let mut nodes: Vec<Location> = masters
             .iter()
             .map(|server| server.location().clone())
@@ -189,10 +212,37 @@ impl Database {
                 nodes.push(seed.clone());
             }
         }
+        nodes.truncate(MAX_NODES_ASKED);
+        nodes
+    }
+
+    /// Asks `nodes` in order for the slot map until one answers, and
+    /// applies it. A map that still gives slots to a master found sick (a
+    /// node that has not heard of a failover yet) is kept only if no other
+    /// node gives a better one. `mark_unreachable`: a node that cannot be
+    /// connected to is marked sick (at load, where no command did it).
+    /// Counted in `cluster.discoveries.*`; the error says what each node
+    /// asked answered.
+    fn read_slots(
+        &self,
+        cluster: &Cluster,
+        nodes: &[Location],
+        deadline: Option<Instant>,
+        mark_unreachable: bool,
+        note: &mut dyn FnMut(Note),
+    ) -> Result<(), Arc<str>> {
+        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+        let now = Instant::now();
+        let topology = self.topology();
+        let sick: Vec<&Location> = topology
+            .servers
+            .iter()
+            .filter(|server| server.health.is_sick(now))
+            .map(|server| server.location())
+            .collect();
         // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
         // probe step: a node that does not answer in time is skipped for
         // the next, and the whole discovery stays short for the worker.
-        let deadline = x.deadline;
         let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
         // Not counted in the database's connection counters, as the ROLE
         // probe: they count what commands use.
@@ -203,12 +253,19 @@ impl Database {
             let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
             masters.any(|master| master.is_ok_and(|master| sick.contains(&master)))
         };
-        for location in nodes.iter().take(MAX_NODES_ASKED) {
+        for location in nodes {
             let asked = location.to_string();
             let answer = self
                 .connector(location)
                 .connect_within(&probe_stats, cap(self.config.connection_timeout))
-                .map_err(|err| err.to_string())
+                .map_err(|err| {
+                    if mark_unreachable {
+                        if let Some(server) = topology.by_location(location) {
+                            server.health.mark_failed();
+                        }
+                    }
+                    err.to_string()
+                })
                 .and_then(|mut conn| {
                     let timeout = || cap(self.config.command_timeout);
                     let shards = conn
@@ -235,14 +292,14 @@ impl Database {
                 }
                 Ok(read) if names_sick(&read.map) => {
                     if self.config.debug {
-                        x.note(Note::Debug(&format!(
+                        note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
                         )));
                     }
                     stale.get_or_insert((asked, read));
                 }
                 Ok(read) => {
-                    self.use_slots(cluster, &asked, read, x);
+                    self.use_slots(cluster, &asked, read, note);
                     return Ok(());
                 }
                 Err(err) => failures.push(format!("{asked}: {err}")),
@@ -250,7 +307,7 @@ impl Database {
         }
         if let Some((asked, read)) = stale {
             // The best there is: the sick master may be back.
-            self.use_slots(cluster, &asked, read, x);
+            self.use_slots(cluster, &asked, read, note);
             return Ok(());
         }
         // Counted as a generation too: the workers that waited for it go
@@ -262,22 +319,33 @@ impl Database {
         } else {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
-        x.note(Note::Warning(&text));
+        note(Note::Warning(&text));
         Err(text.into())
     }
 
-    fn use_slots(&self, cluster: &Cluster, asked: &str, read: ShardsMap, x: &mut Execution) {
+    fn use_slots(
+        &self,
+        cluster: &Cluster,
+        asked: &str,
+        read: ShardsMap,
+        note: &mut dyn FnMut(Note),
+    ) {
         let ShardsMap { map, unhealthy } = read;
         if self.config.debug {
             let not_online = match unhealthy.len() {
                 0 => String::new(),
                 n => format!(", {n} not online"),
             };
-            x.note(Note::Debug(&format!(
+            note(Note::Debug(&format!(
                 "cluster slots from {asked}: {} shards, {} nodes{not_online}",
                 map.shards.len(),
                 map.nodes().count()
             )));
+        }
+        if let Some(text) = costly_private_setting(&self.config, map.shards.len()) {
+            if !cluster.costly_logged.swap(true, Ordering::Relaxed) {
+                note(Note::Warning(&text));
+            }
         }
         self.apply_slots(map);
         // As the C VMOD: a node `CLUSTER SHARDS` says is not online (failed,
@@ -366,6 +434,24 @@ impl Database {
     }
 }
 
+/// Private connections on a cluster with fewer `max_connections` than
+/// masters: a worker thread keeps at most that many connections for the
+/// VCL's private databases, so a command for another master than the last
+/// ones closes one and opens another (seed 000's `max_connections=1` on 3
+/// masters: 1.71 connects per request; the C VMOD 2.02). What to log, if
+/// so.
+fn costly_private_setting(config: &DbConfig, masters: usize) -> Option<String> {
+    let max = config.max_connections;
+    (!config.shared_connections && (max as usize) < masters).then(|| {
+        format!(
+            "private connections (shared_connections=false) with max_connections={max} \
+             below the {masters} masters of the cluster: a worker thread reconnects on \
+             most commands (set max_connections to {masters} or more, or \
+             shared_connections=true)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,16 +483,14 @@ mod tests {
     fn a_node_however_spelled_is_one_server() {
         use crate::cluster::redirection;
 
+        // The map first: with a map read, add_server asks no seed (no
+        // lookup of a name that does not resolve).
         let db = cluster_db();
-        db.add_server(&"Redis-B.example:7001".parse().unwrap(), Role::Cluster)
-            .unwrap();
         let ids = |db: &Database| -> Vec<(String, u32)> {
             let topology = db.topology();
             let servers = topology.servers.iter();
             servers.map(|s| (s.location().to_string(), s.id)).collect()
         };
-        let before = ids(&db);
-        assert_eq!(before.len(), 2);
         let range = |start, end, master| {
             Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
         };
@@ -415,7 +499,15 @@ mod tests {
             range(8192, 16383, node("REDIS-B.EXAMPLE", 7001)),
         ]);
         db.apply_slots(parse_slots(&reply, "::1").unwrap());
-        assert_eq!(ids(&db), before, "the seeds' servers serve the slots");
+        let before = ids(&db);
+        assert_eq!(before.len(), 2, "the seed serves its slots: {before:?}");
+        db.add_server(
+            &"Redis-B.example:7001".parse().unwrap(),
+            Role::Cluster,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(ids(&db), before, "the node of the map, however spelled");
         let Some(crate::cluster::Redirection::Moved { to, .. }) =
             redirection("MOVED 9000 Redis-b.Example:7001", "::1")
         else {
@@ -454,6 +546,74 @@ mod tests {
             .clone();
         assert_eq!((shard.master, shard.replicas), (usize::MAX, vec![0]));
         assert_eq!(topology.servers[0].role(), Role::Slave);
+    }
+
+    /// A seed that refuses connections, declared in `vcl_init`: asked at
+    /// once, marked sick, its failure reported; `vcl.load` goes on.
+    #[test]
+    fn a_dead_seed_is_known_at_load() {
+        use crate::config::{DbArgs, DbConfig, Preference};
+        use crate::connection::private::PrivateConnections;
+
+        let config = DbConfig::from_args(&DbArgs {
+            location: "127.0.0.1:1",
+            role: "cluster",
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let mut warnings = Vec::new();
+        let db = Database::with_stats(
+            "c",
+            config,
+            Stats::default(),
+            Preference::default(),
+            &Arc::new(PrivateConnections::default()),
+            &mut |note| {
+                if let Note::Warning(text) = note {
+                    warnings.push(text.to_string());
+                }
+            },
+        )
+        .expect("loads");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("cluster discovery failed: 127.0.0.1:1: cannot connect"),
+            "{warnings:?}"
+        );
+        let topology = db.topology();
+        assert!(topology.slots.is_none());
+        assert!(topology.servers[0].health.is_sick(Instant::now()));
+        assert_eq!(db.stats().get(Counter::ServersTotal), 1);
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesFailed), 1);
+        // The same seed declared again is not asked again.
+        db.add_server(&"127.0.0.1:1".parse().unwrap(), Role::Cluster, &mut |_| {})
+            .unwrap();
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
+    }
+
+    /// Private mode with fewer `max_connections` than masters is logged;
+    /// enough connections, or shared mode, is not.
+    #[test]
+    fn a_costly_private_setting_is_named() {
+        use crate::config::DbArgs;
+
+        let config = |shared_connections, max_connections| {
+            DbConfig::from_args(&DbArgs {
+                role: "cluster",
+                shared_connections,
+                max_connections,
+                ..DbArgs::default()
+            })
+            .expect("valid config")
+        };
+        let text = costly_private_setting(&config(false, 1), 3).expect("costly");
+        assert!(
+            text.starts_with("private connections (shared_connections=false) with max_connections=1 below the 3 masters"),
+            "{text}"
+        );
+        assert!(costly_private_setting(&config(false, 2), 3).is_some());
+        assert!(costly_private_setting(&config(false, 3), 3).is_none());
+        assert!(costly_private_setting(&config(true, 1), 3).is_none());
     }
 
     #[test]

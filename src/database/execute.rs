@@ -225,6 +225,8 @@ impl Database {
                             // Not run (LOADING): the next candidate may serve it.
                             drop(lease);
                             failed += 1;
+                            // A reply, if not the one the command ends with.
+                            self.stats.inc(Counter::CommandsTotal);
                             self.stats.inc(Counter::CommandsRetried);
                             if let (true, Reply::Error(text)) = (self.config.debug, &reply) {
                                 let text = format!(
@@ -373,8 +375,9 @@ impl Database {
         server: &Arc<Server>,
     ) -> Reply {
         let (effect, task) = (x.effect, &mut *x.task);
-        // As in the C VMOD: `total` counts commands that got a reply,
-        // `failed` every attempt that got none.
+        // As in the C VMOD: `total` counts sends that got a reply (here
+        // the last; a redirection or a retried `TRYAGAIN` / `LOADING` was
+        // counted when it came), `failed` every attempt that got none.
         self.stats.inc(Counter::CommandsTotal);
         if matches!(reply, Reply::Error(_)) {
             self.stats.inc(Counter::CommandsError);

@@ -85,6 +85,7 @@ impl Database {
             Stats::default(),
             Preference::default(),
             &private,
+            &mut |_| {},
         )
     }
 
@@ -92,13 +93,16 @@ impl Database {
     /// segment), weighing servers by `preference`; in private mode its
     /// connections go into `private`, the lists of its VCL. With
     /// `type=auto` the first server is asked its role now (a server that is
-    /// down is asked again on its first connection).
+    /// down is asked again on its first connection); with `type=cluster`
+    /// the slot map is read from it now (see [`Self::add_server`]), `note`
+    /// receiving what that discovery logs.
     pub(crate) fn with_stats(
         name: &str,
         config: DbConfig,
         stats: Stats,
         preference: Preference,
         private: &Arc<PrivateConnections>,
+        note: &mut dyn FnMut(Note),
     ) -> Result<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let db = Database {
@@ -113,7 +117,7 @@ impl Database {
             commands: Commands::default(),
         };
         if let Some(location) = db.config.location.clone() {
-            db.add_server(&location, db.config.role)?;
+            db.add_server(&location, db.config.role, note)?;
         }
         Ok(db)
     }
@@ -122,8 +126,15 @@ impl Database {
     /// server already there the type now declared (`servers.total`
     /// unchanged). A `type=auto` server is asked its role now. In a
     /// cluster database every server is a seed (`type=cluster`), asked
-    /// for the slot map by the first command.
-    pub fn add_server(&self, location: &Location, role: Role) -> Result<()> {
+    /// for the slot map now while none has been read
+    /// ([`Self::discover_at_load`]); `note` receives what that discovery
+    /// logs (its failure, the costly private setting, `debug` lines).
+    pub fn add_server(
+        &self,
+        location: &Location,
+        role: Role,
+        note: &mut dyn FnMut(Note),
+    ) -> Result<()> {
         if (role == Role::Cluster) != self.cluster.is_some() {
             return Err(ConfigError::ClusterMixed {
                 role,
@@ -131,6 +142,7 @@ impl Database {
             }
             .into());
         }
+        let mut new_seed = false;
         if let Some(cluster) = &self.cluster {
             if let Location::Unix(path) = location {
                 return Err(ConfigError::ClusterOverUnix {
@@ -138,7 +150,7 @@ impl Database {
                 }
                 .into());
             }
-            cluster.add_seed(location.clone());
+            new_seed = cluster.add_seed(location.clone());
         }
         if let (Location::Unix(path), Some(_)) = (location, &self.config.tls) {
             return Err(ConfigError::TlsOverUnix {
@@ -169,6 +181,9 @@ impl Database {
         });
         if let Some(server) = added.filter(|server| server.declared() == Role::Auto) {
             self.discover_role(&server);
+        }
+        if new_seed {
+            self.discover_at_load(location, note);
         }
         Ok(())
     }

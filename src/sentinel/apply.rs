@@ -205,7 +205,7 @@ impl Knowledge {
         role: Role,
         log: &mut Vec<String>,
     ) {
-        match db.add_server(addr, role) {
+        match db.add_server(addr, role, &mut |_| {}) {
             Ok(()) => {
                 self.discovered[index].insert(addr.clone());
                 // Sentinel may have said it was down before it was added.
@@ -239,7 +239,8 @@ mod tests {
         let config = DbConfig::from_args(&DbArgs::default()).unwrap();
         let db = Database::new(name, config).unwrap();
         for (addr, role) in servers {
-            db.add_server(&addr.parse().unwrap(), *role).unwrap();
+            db.add_server(&addr.parse().unwrap(), *role, &mut |_| {})
+                .unwrap();
         }
         Arc::new(db)
     }

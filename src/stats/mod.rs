@@ -41,10 +41,12 @@ pub enum Counter {
     DroppedSick,
     /// Workers that had to wait for a pooled (shared) connection.
     WorkersBlocked,
-    /// Executions that got a reply, error replies included (libvmod-redis:
-    /// an `EVAL` that fell back from `EVALSHA` counts once).
+    /// Sends that got a reply, error replies included: a command redirected
+    /// by `MOVED` or `ASK` counts once per node it went to, a retried
+    /// `TRYAGAIN` or `LOADING` once more (libvmod-redis; an `EVAL` that
+    /// fell back from `EVALSHA` counts once, `ASKING` not at all).
     CommandsTotal,
-    /// Executions that got no reply (no connection, I/O error, timeout),
+    /// Attempts that got no reply (no connection, I/O error, timeout),
     /// not counted in `commands.total`.
     CommandsFailed,
     /// Retries after a failed execution.

@@ -280,7 +280,9 @@ fn errorstat(port: u16, kind: &str) -> Res<u64> {
 /// The counters against what the clients saw and what the `live` nodes
 /// replied: every `TRYAGAIN` / `CLUSTERDOWN` a node sent was either
 /// retried or the reply a client got (the only error replies the load can
-/// get), and the other counters reconcile as in standalone mode.
+/// get), and the other counters reconcile as in standalone mode, with
+/// each retried reply and each redirection one more send in
+/// `commands.total`.
 pub(crate) fn check_cluster_counters(
     s: &mut Setup,
     all: &Figures,
@@ -301,10 +303,12 @@ pub(crate) fn check_cluster_counters(
     s.check(busy_replies >= errors, || {
         format!("{errors} error replies, but the nodes sent {busy_replies} TRYAGAIN / CLUSTERDOWN")
     });
+    let redirected = counters.get("cluster.replies.moved") + counters.get("cluster.replies.ask");
     check_counters_with(
         all,
         counters,
         busy_replies.saturating_sub(errors),
+        redirected,
         &mut s.failures,
     );
     Ok(busy_replies)

@@ -275,8 +275,12 @@ fn a_server_that_times_out_is_avoided_while_another_can_serve() {
         args.command_timeout = 100;
         args.max_command_retries = 0;
     });
-    db.add_server(&second.location().parse().unwrap(), Role::Master)
-        .unwrap();
+    db.add_server(
+        &second.location().parse().unwrap(),
+        Role::Master,
+        &mut |_| {},
+    )
+    .unwrap();
     let socket_of = |db: &Database| match run(db, &["CONFIG", "GET", "unixsocket"]).unwrap() {
         Reply::Array(items) => items[1].clone(),
         other => panic!("{other:?}"),
@@ -416,11 +420,11 @@ fn stats_of_several_servers_are_the_c_vmods() {
         "/nowhere.sock",
         "127.0.0.3:2",
     ] {
-        db.add_server(&location.parse().unwrap(), Role::Master)
+        db.add_server(&location.parse().unwrap(), Role::Master, &mut |_| {})
             .unwrap();
     }
     // Added again: the same server.
-    db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave)
+    db.add_server(&"127.0.0.2:1".parse().unwrap(), Role::Slave, &mut |_| {})
         .unwrap();
     assert_eq!(db.topology().servers.len(), 5);
     assert_eq!(db.topology().servers[1].role(), Role::Slave);
@@ -506,6 +510,7 @@ fn private_connections_are_one_budget_per_thread_across_databases() {
             Stats::default(),
             Preference::default(),
             &private,
+            &mut |_| {},
         )
         .unwrap()
     };
