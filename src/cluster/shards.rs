@@ -8,7 +8,8 @@
 //! a node is `["id", .., "port", n, "tls-port", n, "ip", .., "endpoint",
 //! .., "hostname", .., "role", "master"|"replica", "replication-offset",
 //! n, "health", "online"|"failed"|"loading"]` (`port` or `tls-port` may
-//! be absent, `hostname` too).
+//! be absent, `hostname` too; Redis 7.0 says `fail` for `failed`: any
+//! health but `online` counts as not online).
 use super::map::{node_at, slot_number, text, Node, Shard, SlotMap, NO_SHARD};
 use super::slot::SLOTS;
 use crate::protocol::Reply;
