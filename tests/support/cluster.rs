@@ -11,7 +11,9 @@
 //! `CLUSTER REPLICATE` once a replica knows its master, then wait until
 //! every node reports `cluster_state:ok`, knows the six nodes with none
 //! flagged `fail`, `handshake` or `noaddr` and three of them replicas, its
-//! `CLUSTER SLOTS` lists all six, and every replica has
+//! `CLUSTER SLOTS` lists all six (by the name they announce, with ARGs
+//! `--cluster-announce-hostname NAME --cluster-preferred-endpoint-type
+//! hostname`), and every replica has
 //! `master_link_status:up`. Polled every 50 ms, at most
 //! [`FORM_DEADLINE`].
 //!
@@ -92,21 +94,39 @@ fn sees_everything(port: u16) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `CLUSTER SLOTS` of the node on `port` lists the six nodes
-/// (what the VMOD reads; replicas appear there later than in `CLUSTER
-/// NODES`). Asked with redis-cli, which prints one field per line.
-fn slots_list_everything(port: u16) -> Result<(), String> {
+/// Whether `CLUSTER SLOTS` of the node on `port` lists the six nodes by
+/// `endpoint` (what the VMOD reads; replicas, and names the nodes
+/// announce, appear there later than in `CLUSTER NODES`). Asked with
+/// redis-cli, which prints one field per line.
+fn slots_list_everything(port: u16, endpoint: &str) -> Result<(), String> {
     let output = Command::new(cli_program())
         .args(["-p", &port.to_string(), "CLUSTER", "SLOTS"])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("{}: {e}", cli_program()))?;
     let text = String::from_utf8_lossy(&output.stdout);
-    let nodes = text.lines().filter(|l| l.trim() == "127.0.0.1").count();
+    let nodes = text.lines().filter(|l| l.trim() == endpoint).count();
     if nodes == 2 * MASTERS {
         Ok(())
     } else {
         Err(format!("port {port}: CLUSTER SLOTS lists {nodes} nodes"))
+    }
+}
+
+/// The endpoint `CLUSTER SLOTS` gives for every node: the name the nodes
+/// announce (`--cluster-announce-hostname`) when ARGs prefer it
+/// (`--cluster-preferred-endpoint-type hostname`), else their address.
+fn endpoint(args: &[String]) -> &str {
+    let value = |option: &str| {
+        let at = args.iter().rposition(|arg| arg == option)?;
+        args.get(at + 1).map(String::as_str)
+    };
+    match (
+        value("--cluster-preferred-endpoint-type"),
+        value("--cluster-announce-hostname"),
+    ) {
+        (Some("hostname"), Some(name)) => name,
+        _ => "127.0.0.1",
     }
 }
 
@@ -167,6 +187,7 @@ pub fn start(
             &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()],
         )?;
     }
+    let endpoint = endpoint(extra);
     let deadline = Instant::now() + FORM_DEADLINE;
     for i in 0..MASTERS {
         let (replica, master_id) = (ports[MASTERS + i], &ids[i]);
@@ -179,7 +200,7 @@ pub fn start(
     }
     for &port in &ports {
         wait_for(deadline, "CLUSTER SLOTS listing every node", || {
-            slots_list_everything(port)
+            slots_list_everything(port, endpoint)
         })?;
     }
     for &replica in &ports[MASTERS..] {

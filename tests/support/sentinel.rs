@@ -2,6 +2,12 @@
 //! [ARG...]`): `redis-server <NAME.conf> --sentinel` on a free loopback
 //! port, monitoring the server MASTER of the same file under the master
 //! name MASTER, with short delays so that tests run fast.
+//!
+//! [`BY_NAME`] among the ARGs (taken out, not given to redis-server): the
+//! Sentinel monitors MASTER as `localhost` (not 127.0.0.1), with
+//! `resolve-hostnames yes` and `announce-hostnames yes`, so that it
+//! reports names (replicas too, when they announce `localhost`:
+//! `--replica-announce-ip localhost`).
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -19,6 +25,9 @@ const FAILOVER_TIMEOUT_MS: u32 = 2000;
 const QUORUM: u32 = 2;
 /// Up (PING), then knowing the replicas and the other Sentinels.
 const READY_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The harness's own ARG: monitor the master by the name `localhost`.
+pub const BY_NAME: &str = "--by-name";
 
 /// A started Sentinel.
 pub struct Started {
@@ -40,7 +49,7 @@ pub struct Expected {
 }
 
 /// Starts a Sentinel monitoring `master_at` as `master`; `extra` are
-/// redis-server options added to its command line.
+/// redis-server options added to its command line, but [`BY_NAME`].
 pub fn start(
     dir: &Path,
     name: &str,
@@ -52,11 +61,24 @@ pub fn start(
     // Sentinel rewrites its configuration file: one per Sentinel, in the
     // test's directory.
     let conf = dir.join(format!("{name}.conf"));
-    let (host, port) = master_at;
+    let (ip, port) = master_at;
+    let by_name = extra.iter().any(|arg| arg == BY_NAME);
+    let extra: Vec<String> = extra
+        .iter()
+        .filter(|arg| *arg != BY_NAME)
+        .cloned()
+        .collect();
+    // A name is refused unless resolve-hostnames comes first.
+    let (hostnames, host) = if by_name {
+        let yes = "sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n";
+        (yes, "localhost".to_string())
+    } else {
+        ("", ip.to_string())
+    };
     write_public(
         &conf,
         &format!(
-            "sentinel monitor {master} {host} {port} {QUORUM}\n\
+            "{hostnames}sentinel monitor {master} {host} {port} {QUORUM}\n\
              sentinel down-after-milliseconds {master} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {master} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {master} 2\n"
@@ -83,7 +105,7 @@ pub fn start(
     };
     let (server, waited) = RedisServer::start(
         &config,
-        extra,
+        &extra,
         spawn,
         Duration::from_secs(10),
         Duration::from_millis(50),

@@ -28,7 +28,8 @@
 //! #@ redis NAME [ARG...]           standalone redis-server
 //! #@ replica NAME MASTER [ARG...]  redis-server --replicaof <MASTER's address and port>
 //! #@ redis-tls NAME [ARG...]       redis-server with a TLS port besides the plain one
-//! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs)
+//! #@ sentinel NAME MASTER [ARG...] redis-server --sentinel monitoring MASTER (tests/support/sentinel.rs;
+//!                                  ARG --by-name: MASTER monitored as localhost, Sentinel announcing names)
 //! #@ sentinel-tls NAME MASTER [ARG...]  the same with a TLS port besides the plain one
 //! #@ cluster NAME [ARG...]         Redis Cluster, 3 masters x 1 replica (tests/support/cluster.rs)
 //! #@ trickle NAME TARGET DELAY_MS [AFTER_MS]  TCP proxy to TARGET (HOST:PORT) passing TARGET's bytes one every DELAY_MS
