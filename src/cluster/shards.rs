@@ -53,7 +53,10 @@ fn node(reply: &Reply, asked_host: &str, tls: bool) -> Result<(Node, bool, bool)
         .find(|host| !host.is_empty() && *host != "?")
         .unwrap_or(asked_host);
     let master = field(fields, "role").and_then(text) == Some("master");
-    let online = field(fields, "health").and_then(text) == Some("online");
+    // No health field (a fork or a proxy): taken as online.
+    let online = field(fields, "health")
+        .and_then(text)
+        .map_or(true, |health| health == "online");
     Ok((node_at(host, port), master, online))
 }
 
@@ -85,21 +88,30 @@ pub(crate) fn parse_shards(
         let Some(Reply::Array(nodes)) = field(fields, "nodes") else {
             return Err("CLUSTER SHARDS: a shard has no nodes".into());
         };
-        let mut master = None;
-        let mut replicas = Vec::new();
+        // After a failover the old master may still be listed as a
+        // master (its health `fail`) before the promoted one: the first
+        // online master is the shard's, else the first master.
+        let mut parsed = Vec::new();
         for reply in nodes {
             let (node, is_master, online) =
                 node(reply, asked_host, tls).map_err(|e| format!("CLUSTER SHARDS: {e}"))?;
             if !online {
                 unhealthy.push(node.clone());
             }
-            if is_master && master.is_none() {
-                master = Some(node);
-            } else if !replicas.contains(&node) {
+            parsed.push((node, is_master, online));
+        }
+        let chosen = parsed
+            .iter()
+            .position(|(_, is_master, online)| *is_master && *online)
+            .or_else(|| parsed.iter().position(|(_, is_master, _)| *is_master));
+        let Some(chosen) = chosen else { continue };
+        let master = parsed[chosen].0.clone();
+        let mut replicas = Vec::new();
+        for (index, (node, _, _)) in parsed.into_iter().enumerate() {
+            if index != chosen && node != master && !replicas.contains(&node) {
                 replicas.push(node);
             }
         }
-        let Some(master) = master else { continue };
         let mut ranges = Vec::new();
         for pair in bounds.chunks(2) {
             let [start, end] = pair else {
@@ -204,6 +216,18 @@ mod tests {
             parsed.unhealthy,
             vec![at("127.0.0.1:7003"), at("127.0.0.1:7001")]
         );
+    }
+
+    #[test]
+    fn the_online_master_wins_over_a_failed_one_listed_first() {
+        let reply = Reply::Array(vec![shard(
+            &[0, 16383],
+            vec![node(7000, "master", "fail"), node(7003, "master", "online")],
+        )]);
+        let parsed = parse_shards(&reply, "127.0.0.1", false).unwrap();
+        assert_eq!(parsed.map.shards[0].master, at("127.0.0.1:7003"));
+        assert_eq!(parsed.map.shards[0].replicas, vec![at("127.0.0.1:7000")]);
+        assert_eq!(parsed.unhealthy, vec![at("127.0.0.1:7000")]);
     }
 
     #[test]

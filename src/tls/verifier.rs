@@ -89,6 +89,9 @@ impl ServerVerifier {
             .map_err(openssl_error)?;
         param.set_time(now.as_secs().try_into().unwrap_or(libc::time_t::MAX));
         param.set_hostflags(X509CheckFlags::NO_PARTIAL_WILDCARDS);
+        // Security level 2, as libssl's default on Debian: no MD5 or SHA-1
+        // signatures, no RSA key under 2048 bits anywhere in the chain.
+        param.set_auth_level(2);
         match server_name {
             ServerName::DnsName(name) => param.set_host(name.as_ref()),
             ServerName::IpAddress(ip) => param.set_ip((*ip).into()),
