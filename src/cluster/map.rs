@@ -26,6 +26,14 @@ pub(crate) struct SlotMap<N> {
 }
 
 impl<N> SlotMap<N> {
+    /// No shard, no slot served: what a reply's ranges then fill.
+    pub(crate) fn unassigned() -> Self {
+        SlotMap {
+            shards: Vec::new(),
+            slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
+        }
+    }
+
     /// The shard serving `slot`, if any.
     pub(crate) fn shard_of(&self, slot: u16) -> Option<&Shard<N>> {
         let index = *self.slots.get(usize::from(slot))?;
@@ -116,10 +124,7 @@ pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Nod
         Reply::Error(text) => return Err(format!("CLUSTER SLOTS: {text}")),
         _ => return Err("CLUSTER SLOTS: not an array".into()),
     };
-    let mut map = SlotMap {
-        shards: Vec::new(),
-        slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
-    };
+    let mut map = SlotMap::unassigned();
     for range in ranges {
         let Reply::Array(fields) = range else {
             return Err("CLUSTER SLOTS: a range is not an array".into());

@@ -10,8 +10,7 @@
 //! n, "health", "online"|"failed"|"loading"]` (`port` or `tls-port` may
 //! be absent, `hostname` too; Redis 7.0 says `fail` for `failed`: any
 //! health but `online` counts as not online).
-use super::map::{node_at, slot_number, text, Node, Shard, SlotMap, NO_SHARD};
-use super::slot::SLOTS;
+use super::map::{node_at, slot_number, text, Node, Shard, SlotMap};
 use crate::protocol::Reply;
 
 /// A slot map and the nodes that are not `online` (failed, loading).
@@ -73,10 +72,7 @@ pub(crate) fn parse_shards(
         Reply::Error(text) => return Err(format!("CLUSTER SHARDS: {text}")),
         _ => return Err("CLUSTER SHARDS: not an array".into()),
     };
-    let mut map = SlotMap {
-        shards: Vec::new(),
-        slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
-    };
+    let mut map = SlotMap::unassigned();
     let mut unhealthy = Vec::new();
     for entry in entries {
         let Reply::Array(fields) = entry else {
@@ -140,6 +136,7 @@ pub(crate) fn parse_shards(
 
 #[cfg(test)]
 mod tests {
+    use super::super::map::NO_SHARD;
     use super::*;
 
     fn s(text: &str) -> Reply {
