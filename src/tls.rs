@@ -21,6 +21,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
+mod anchor;
+#[cfg(test)]
+mod test_certs;
 mod verifier;
 
 /// The TLS arguments of `redis.db()` and `redis.sentinels()` (the same
@@ -166,8 +169,10 @@ impl Tls {
     }
 }
 
-/// The CAs that verify the server, as rustls's store and as the
-/// certificates it was made of (for OpenSSL, see verifier.rs).
+/// The CAs that verify the server: rustls's store of trust anchors, and
+/// every certificate given, for OpenSSL (see verifier.rs). Of a
+/// `tls_cafile` or `tls_capath`, only self-signed CAs are anchors (see
+/// anchor.rs); the others (intermediates, leaves) go to OpenSSL only.
 fn roots(args: &TlsArgs) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let mut store = RootCertStore::empty();
     let mut cas = Vec::new();
@@ -180,7 +185,14 @@ fn roots(args: &TlsArgs) -> Result<(RootCertStore, Vec<CertificateDer<'static>>)
         return Ok((store, found.certs));
     }
     if !args.cafile.is_empty() {
-        add_cas(&mut store, &mut cas, "tls_cafile", Path::new(args.cafile))?;
+        let path = Path::new(args.cafile);
+        add_cas(&mut store, &mut cas, certificates("tls_cafile", path)?).map_err(|reason| {
+            TlsError::File {
+                arg: "tls_cafile",
+                path: path.into(),
+                reason,
+            }
+        })?;
     }
     if !args.capath.is_empty() {
         let dir = Path::new(args.capath);
@@ -195,34 +207,33 @@ fn roots(args: &TlsArgs) -> Result<(RootCertStore, Vec<CertificateDer<'static>>)
             .filter(|p| p.is_file())
             .collect();
         files.sort();
-        // Like OpenSSL's CApath: files that hold no certificate are skipped.
-        let mut added = 0;
+        // Like OpenSSL's CApath: files that hold no usable certificate
+        // are skipped.
+        let before = cas.len();
         for file in &files {
             if let Ok(certs) = certificates("tls_capath", file) {
-                added += store.add_parsable_certificates(certs.iter().cloned()).0;
-                cas.extend(certs);
+                let _ = add_cas(&mut store, &mut cas, certs);
             }
         }
-        if added == 0 {
+        if cas.len() == before {
             return Err(file_error("no PEM CA certificate in the directory".into()));
         }
     }
     Ok((store, cas))
 }
 
+/// Adds the trust anchors of `certs` to `store`, and all of them to `cas`.
 fn add_cas(
     store: &mut RootCertStore,
     cas: &mut Vec<CertificateDer<'static>>,
-    arg: &'static str,
-    path: &Path,
-) -> Result<(), TlsError> {
-    let certs = certificates(arg, path)?;
+    certs: Vec<CertificateDer<'static>>,
+) -> Result<(), String> {
     for cert in certs {
-        store.add(cert.clone()).map_err(|e| TlsError::File {
-            arg,
-            path: path.into(),
-            reason: format!("not a usable CA certificate: {e}"),
-        })?;
+        if anchor::is_trust_anchor(&cert) {
+            store
+                .add(cert.clone())
+                .map_err(|e| format!("not a usable CA certificate: {e}"))?;
+        }
         cas.push(cert);
     }
     Ok(())

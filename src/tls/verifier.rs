@@ -5,10 +5,13 @@
 //! certificate that is not v3 as it parses it.
 //!
 //! The session stays rustls's. The server's chain goes to webpki as
-//! before; only a chain that webpki refuses for its version is verified by
-//! OpenSSL's X509 store instead (the same CAs, expiry, the host or IP
-//! address, the TLS-server purpose), and the handshake signature with the
-//! certificate's public key (webpki's raw-key check). The client
+//! before, with the self-signed CAs of the CA files as its anchors
+//! (anchor.rs); a chain that webpki refuses for its version, or for want
+//! of an issuer, is verified by OpenSSL's X509 store instead (every
+//! certificate of the CA files, intermediates found there as OpenSSL
+//! finds them, expiry, the host or IP address, the TLS-server purpose),
+//! and the handshake signature with the certificate's public key
+//! (webpki's raw-key check). The client
 //! certificate's key match compares public keys through OpenSSL when webpki
 //! cannot parse the certificate. Nothing here validates a chain or a
 //! signature by itself: OpenSSL and webpki do.
@@ -31,10 +34,13 @@ use rustls::{
 };
 
 /// Verifies the server's certificate: webpki for v3 chains, OpenSSL for
-/// the chains webpki refuses only for their version.
+/// the chains webpki refuses only for their version, or for want of an
+/// issuer (OpenSSL also finds intermediates in the CA file).
 pub(super) struct ServerVerifier {
-    webpki: Arc<WebPkiServerVerifier>,
-    /// The CAs of `webpki`'s root store, for OpenSSL.
+    /// `None` when the CA files hold no trust anchor (OpenSSL then refuses
+    /// every chain, as it would).
+    webpki: Option<Arc<WebPkiServerVerifier>>,
+    /// Every certificate of the CA files (anchors or not), for OpenSSL.
     roots: Vec<X509>,
     algorithms: WebPkiSupportedAlgorithms,
 }
@@ -43,20 +49,26 @@ impl std::fmt::Debug for ServerVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerVerifier")
             .field("roots", &self.roots.len())
+            .field("webpki", &self.webpki.is_some())
             .finish()
     }
 }
 
 impl ServerVerifier {
-    /// `cas`: the certificates that `roots` was made of.
+    /// `roots`: the trust anchors among `cas`, every certificate given.
     pub(super) fn new(
         roots: RootCertStore,
         cas: &[CertificateDer<'static>],
         provider: &Arc<CryptoProvider>,
     ) -> Result<ServerVerifier, String> {
-        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .map_err(|e| e.to_string())?;
+        let webpki = match roots.is_empty() {
+            true => None,
+            false => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            ),
+        };
         Ok(ServerVerifier {
             webpki,
             // Those OpenSSL cannot read could not verify anything there.
@@ -129,14 +141,12 @@ impl ServerCertVerifier for ServerVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        match self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(e) if refused_for_version(&e) => {
+        let Some(webpki) = &self.webpki else {
+            return self.verify_with_openssl(end_entity, intermediates, server_name, now);
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(e) if refused_for_version(&e) || e == CertificateError::UnknownIssuer.into() => {
                 self.verify_with_openssl(end_entity, intermediates, server_name, now)
             }
             verified => verified,
@@ -149,7 +159,7 @@ impl ServerCertVerifier for ServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        match self.webpki.verify_tls12_signature(message, cert, dss) {
+        match rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms) {
             Err(e) if refused_for_version(&e) => {
                 verify_tls12_with_key(message, &public_key(cert)?, dss, &self.algorithms)
             }
@@ -163,7 +173,7 @@ impl ServerCertVerifier for ServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        match self.webpki.verify_tls13_signature(message, cert, dss) {
+        match rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms) {
             Err(e) if refused_for_version(&e) => {
                 rustls::crypto::verify_tls13_signature_with_raw_key(
                     message,
@@ -177,7 +187,7 @@ impl ServerCertVerifier for ServerVerifier {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 

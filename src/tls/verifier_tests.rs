@@ -5,6 +5,9 @@
 use std::time::Duration;
 
 use super::*;
+use openssl::hash::MessageDigest;
+
+use crate::tls::test_certs::{make, Made, Spec};
 use crate::tls::testing::{material, text, Material, V1_SERVER_CN};
 use crate::tls::{roots, Tls, TlsArgs};
 
@@ -184,4 +187,153 @@ fn a_v1_client_certificate_loads_and_its_key_must_match() {
     assert!(err.ends_with(&mismatch), "{err}");
     let err = load(&m.client_cert, &m.v1_client_key).unwrap_err();
     assert!(err.ends_with(&mismatch), "{err}");
+}
+
+/// A verifier with these certificates as its `tls_cafile`.
+fn verifier_of(tag: &str, cas: &[&Made]) -> (ServerVerifier, TempFile) {
+    let file = TempFile(std::env::temp_dir().join(format!(
+        "vmod-redis-cafile-{}-{tag}.pem",
+        std::process::id()
+    )));
+    let pem: String = cas.iter().map(|c| c.pem()).collect();
+    std::fs::write(&file.0, pem).expect("CA file");
+    (verifier(&file.0), file)
+}
+
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn check(verifier: &ServerVerifier, cert: &Made, name: &str) -> Result<(), String> {
+    let name = ServerName::try_from(name.to_owned()).expect("server name");
+    verifier
+        .verify_server_cert(&cert.der(), &[], &name, &[], UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn root() -> Made {
+    make(Spec {
+        cn: "root",
+        ca: Some(true),
+        ..Spec::default()
+    })
+}
+
+/// A leaf certificate in the CA file (a client certificate kept in the
+/// same bundle, say) is no authority: a server certificate its key signed
+/// is refused, as OpenSSL refuses it.
+#[test]
+fn a_leaf_in_the_ca_file_signs_nothing() {
+    let root = root();
+    let server = |issuer: &Made| {
+        make(Spec {
+            cn: "server",
+            ca: Some(false),
+            issuer: Some(issuer),
+            san_loopback: true,
+            ..Spec::default()
+        })
+    };
+    let (by_root, _f) = verifier_of("leaf-control", &[&root]);
+    assert_eq!(check(&by_root, &server(&root), "127.0.0.1"), Ok(()));
+
+    let leaf = make(Spec {
+        cn: "client",
+        ca: Some(false),
+        issuer: Some(&root),
+        ..Spec::default()
+    });
+    let forged = server(&leaf);
+    let (alone, _f1) = verifier_of("leaf-alone", &[&leaf]);
+    let err = check(&alone, &forged, "127.0.0.1").unwrap_err();
+    assert_eq!(err, "invalid peer certificate: UnknownIssuer");
+    let (with_root, _f2) = verifier_of("leaf-with-root", &[&root, &leaf]);
+    let err = check(&with_root, &forged, "127.0.0.1").unwrap_err();
+    assert!(err.contains("invalid CA certificate"), "{err}");
+
+    // The same with a v1 leaf, as Redis's script makes client certificates.
+    let v1_leaf = make(Spec {
+        cn: "v1 client",
+        version: 0,
+        issuer: Some(&root),
+        ..Spec::default()
+    });
+    let v1_forged = make(Spec {
+        cn: "127.0.0.1",
+        version: 0,
+        issuer: Some(&v1_leaf),
+        ..Spec::default()
+    });
+    let (v1_alone, _f3) = verifier_of("v1-leaf-alone", &[&v1_leaf]);
+    assert!(check(&v1_alone, &v1_forged, "redis.test").is_err());
+    let (v1_with_root, _f4) = verifier_of("v1-leaf-with-root", &[&root, &v1_leaf]);
+    assert!(check(&v1_with_root, &v1_forged, "redis.test").is_err());
+}
+
+/// An intermediate CA in the CA file completes a chain the server sends
+/// without it (OpenSSL looks it up there); alone, without its root, it
+/// anchors nothing.
+#[test]
+fn intermediates_of_the_ca_file_complete_chains_under_their_root() {
+    let root = root();
+    let intermediate = make(Spec {
+        cn: "intermediate",
+        ca: Some(true),
+        issuer: Some(&root),
+        ..Spec::default()
+    });
+    let server = make(Spec {
+        cn: "server",
+        ca: Some(false),
+        issuer: Some(&intermediate),
+        san_loopback: true,
+        ..Spec::default()
+    });
+    let (both, _f1) = verifier_of("chain-both", &[&root, &intermediate]);
+    assert_eq!(check(&both, &server, "127.0.0.1"), Ok(()));
+    assert!(check(&both, &server, "redis.example").is_err());
+    let (alone, _f2) = verifier_of("chain-intermediate", &[&intermediate]);
+    assert_eq!(
+        check(&alone, &server, "127.0.0.1"),
+        Err("invalid peer certificate: UnknownIssuer".into())
+    );
+}
+
+/// A v1 chain is held to OpenSSL's security level 2, as libssl's default
+/// on Debian: no MD5 or SHA-1 signature, no RSA key under 2048 bits.
+#[test]
+fn weak_v1_chains_are_refused() {
+    let root = root();
+    let (verifier, _f) = verifier_of("weak", &[&root]);
+    let leaf = |digest: MessageDigest, rsa_bits: u32| {
+        make(Spec {
+            cn: "redis.test",
+            version: 0,
+            issuer: Some(&root),
+            digest,
+            rsa_bits,
+            ..Spec::default()
+        })
+    };
+    assert_eq!(
+        check(
+            &verifier,
+            &leaf(MessageDigest::sha256(), 2048),
+            "redis.test"
+        ),
+        Ok(())
+    );
+    for (what, weak) in [
+        ("SHA-1", leaf(MessageDigest::sha1(), 2048)),
+        ("MD5", leaf(MessageDigest::md5(), 2048)),
+        ("RSA-1024", leaf(MessageDigest::sha256(), 1024)),
+    ] {
+        let err = check(&verifier, &weak, "redis.test").unwrap_err();
+        assert!(err.starts_with("invalid peer certificate"), "{what}: {err}");
+    }
 }
