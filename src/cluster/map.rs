@@ -2,6 +2,8 @@
 //! serves each of the 16384 slots, read from a `CLUSTER SLOTS` reply.
 //! Generic in how a node is named: parsed as [`Node`]s (locations), then
 //! turned into indexes of the database's servers.
+use std::collections::{HashMap, HashSet};
+
 use super::slot::SLOTS;
 use crate::config::Location;
 use crate::protocol::Reply;
@@ -9,6 +11,27 @@ use crate::protocol::Reply;
 /// In [`SlotMap::slots`]: no shard serves the slot (the cluster is being
 /// built or resharded).
 pub(crate) const NO_SHARD: u16 = u16::MAX;
+
+/// Most distinct nodes a map may name (Redis documents clusters of up to
+/// 1000 nodes): a hostile or broken reply naming more is refused, not
+/// turned into as many servers.
+pub(crate) const MAX_MAP_NODES: usize = 4096;
+
+/// The distinct nodes a reply has named so far, bounded by
+/// [`MAX_MAP_NODES`].
+#[derive(Default)]
+pub(super) struct DistinctNodes(HashSet<Node>);
+
+impl DistinctNodes {
+    /// Counts `node`; an error once the map names too many.
+    pub(super) fn note(&mut self, node: &Node, reply: &str) -> Result<(), String> {
+        if self.0.len() >= MAX_MAP_NODES && !self.0.contains(node) {
+            return Err(format!("{reply}: more than {MAX_MAP_NODES} nodes"));
+        }
+        self.0.insert(node.clone());
+        Ok(())
+    }
+}
 
 /// A master and its replicas.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +147,13 @@ pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Nod
         Reply::Error(text) => return Err(format!("CLUSTER SLOTS: {text}")),
         _ => return Err("CLUSTER SLOTS: not an array".into()),
     };
+    if ranges.len() > SLOTS {
+        return Err(format!("CLUSTER SLOTS: more than {SLOTS} ranges"));
+    }
     let mut map = SlotMap::unassigned();
+    let mut distinct = DistinctNodes::default();
+    let mut shard_of_master: HashMap<Node, usize> = HashMap::new();
+    let mut listed: HashSet<(usize, Node)> = HashSet::new();
     for range in ranges {
         let Reply::Array(fields) = range else {
             return Err("CLUSTER SLOTS: a range is not an array".into());
@@ -141,9 +170,11 @@ pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Nod
             asked_host,
         )
         .map_err(|e| format!("CLUSTER SLOTS: {e}"))?;
-        let index = match map.shards.iter().position(|s| s.master == master) {
-            Some(index) => index,
+        distinct.note(&master, "CLUSTER SLOTS")?;
+        let index = match shard_of_master.get(&master) {
+            Some(&index) => index,
             None => {
+                shard_of_master.insert(master.clone(), map.shards.len());
                 map.shards.push(Shard {
                     master,
                     replicas: Vec::new(),
@@ -153,9 +184,9 @@ pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Nod
         };
         for replica in &fields[3..] {
             let replica = node(replica, asked_host).map_err(|e| format!("CLUSTER SLOTS: {e}"))?;
-            let replicas = &mut map.shards[index].replicas;
-            if !replicas.contains(&replica) {
-                replicas.push(replica);
+            distinct.note(&replica, "CLUSTER SLOTS")?;
+            if listed.insert((index, replica.clone())) {
+                map.shards[index].replicas.push(replica);
             }
         }
         // At most 16384 shards: the index fits (NO_SHARD is never reached).
@@ -329,5 +360,54 @@ mod tests {
         }
         let err = parse_slots(&Reply::Error("ERR disabled".into()), "h").unwrap_err();
         assert_eq!(err, "CLUSTER SLOTS: ERR disabled");
+    }
+
+    /// A reply naming thousands of nodes (hostile or broken) is refused,
+    /// and one at the bound is read in linear time.
+    #[test]
+    fn too_many_nodes_or_ranges_are_refused() {
+        // One range per slot, each naming its own master and replicas.
+        let reply = |replicas_per_range: i64| {
+            Reply::Array(
+                (0..SLOTS as i64)
+                    .map(|slot| {
+                        let first = 1 + slot * (1 + replicas_per_range) % 60_000;
+                        let nodes = (0..=replicas_per_range).map(|i| n("127.0.0.1", first + i));
+                        range(slot, slot, nodes.collect())
+                    })
+                    .collect(),
+            )
+        };
+        let err = parse_slots(&reply(0), "h").unwrap_err();
+        assert_eq!(
+            err,
+            format!("CLUSTER SLOTS: more than {MAX_MAP_NODES} nodes")
+        );
+        // 16 ranges of 4 masters, each listing the same 4000 replicas:
+        // within the bound, read.
+        let shared = Reply::Array(
+            (0..16)
+                .map(|slot| {
+                    let master = n("127.0.0.1", 1 + slot % 4);
+                    let replicas = (0..4000).map(|i| n("127.0.0.1", 100 + i));
+                    range(
+                        slot,
+                        slot,
+                        std::iter::once(master).chain(replicas).collect(),
+                    )
+                })
+                .collect(),
+        );
+        let map = parse_slots(&shared, "h").unwrap();
+        assert_eq!(map.shards.len(), 4);
+        assert_eq!(map.shards[0].replicas.len(), 4000);
+        let mut more = match reply(0) {
+            Reply::Array(ranges) => ranges,
+            _ => unreachable!(),
+        };
+        more.truncate(2);
+        more.extend((0..SLOTS as i64).map(|_| range(0, 0, vec![n("127.0.0.1", 1)])));
+        let err = parse_slots(&Reply::Array(more), "h").unwrap_err();
+        assert_eq!(err, format!("CLUSTER SLOTS: more than {SLOTS} ranges"));
     }
 }

@@ -10,7 +10,10 @@
 //! n, "health", "online"|"failed"|"loading"]` (`port` or `tls-port` may
 //! be absent, `hostname` too; Redis 7.0 says `fail` for `failed`: any
 //! health but `online` counts as not online).
-use super::map::{node_at, slot_number, text, Node, Shard, SlotMap};
+use std::collections::HashSet;
+
+use super::map::{node_at, slot_number, text, DistinctNodes, Node, Shard, SlotMap};
+use super::slot::SLOTS;
 use crate::protocol::Reply;
 
 /// A slot map and the nodes that are not `online` (failed, loading).
@@ -72,8 +75,12 @@ pub(crate) fn parse_shards(
         Reply::Error(text) => return Err(format!("CLUSTER SHARDS: {text}")),
         _ => return Err("CLUSTER SHARDS: not an array".into()),
     };
+    if entries.len() > SLOTS {
+        return Err(format!("CLUSTER SHARDS: more than {SLOTS} shards"));
+    }
     let mut map = SlotMap::unassigned();
     let mut unhealthy = Vec::new();
+    let mut distinct = DistinctNodes::default();
     for entry in entries {
         let Reply::Array(fields) = entry else {
             return Err("CLUSTER SHARDS: a shard is not a field list".into());
@@ -91,6 +98,7 @@ pub(crate) fn parse_shards(
         for reply in nodes {
             let (node, is_master, online) =
                 node(reply, asked_host, tls).map_err(|e| format!("CLUSTER SHARDS: {e}"))?;
+            distinct.note(&node, "CLUSTER SHARDS")?;
             if !online {
                 unhealthy.push(node.clone());
             }
@@ -103,8 +111,9 @@ pub(crate) fn parse_shards(
         let Some(chosen) = chosen else { continue };
         let master = parsed[chosen].0.clone();
         let mut replicas = Vec::new();
+        let mut listed = HashSet::new();
         for (index, (node, _, _)) in parsed.into_iter().enumerate() {
-            if index != chosen && node != master && !replicas.contains(&node) {
+            if index != chosen && node != master && listed.insert(node.clone()) {
                 replicas.push(node);
             }
         }
@@ -284,5 +293,33 @@ mod tests {
             .map
             .shards
             .is_empty());
+    }
+
+    /// A reply naming thousands of nodes (hostile or broken) is refused.
+    #[test]
+    fn too_many_nodes_or_shards_are_refused() {
+        use super::super::map::MAX_MAP_NODES;
+        let many = Reply::Array(
+            (0..4)
+                .map(|i| {
+                    let master = node(1 + i, "master", "online");
+                    let replicas =
+                        (0..1100).map(|r| node(1000 + i * 1100 + r, "replica", "online"));
+                    shard(&[i, i], std::iter::once(master).chain(replicas).collect())
+                })
+                .collect(),
+        );
+        let err = parse_shards(&many, "h", false).unwrap_err();
+        assert_eq!(
+            err,
+            format!("CLUSTER SHARDS: more than {MAX_MAP_NODES} nodes")
+        );
+        let shards = Reply::Array(
+            (0..=SLOTS as i64)
+                .map(|i| shard(&[0, 0], vec![node(1 + i % 3, "master", "online")]))
+                .collect(),
+        );
+        let err = parse_shards(&shards, "h", false).unwrap_err();
+        assert_eq!(err, format!("CLUSTER SHARDS: more than {SLOTS} shards"));
     }
 }

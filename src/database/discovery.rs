@@ -10,6 +10,7 @@
 //! (or has done it since) do not start one. Without a map (none could be
 //! read), commands fail at once with the last discovery's error until the
 //! interval allows the next one.
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,10 @@ const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 /// The `CLUSTER SHARDS` request, packed: the map with each node's health
 /// (Redis 7+), asked first as the C VMOD's newest releases do.
 const CLUSTER_SHARDS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
+
+/// How long a node a map says is not online stays sick at least, whatever
+/// `sickness_ttl` (0 included).
+const MIN_MAP_DOWN: Duration = Duration::from_secs(1);
 
 /// Most nodes asked by one discovery: the known masters, then the seeds.
 const MAX_NODES_ASKED: usize = 8;
@@ -219,19 +224,27 @@ impl Database {
     /// Asks `nodes` in order for the slot map until one answers, and
     /// applies it. A map that still gives slots to a master found sick (a
     /// node that has not heard of a failover yet) is kept only if no other
-    /// node gives a better one. `mark_unreachable`: a node that cannot be
-    /// connected to is marked sick (at load, where no command did it).
-    /// Counted in `cluster.discoveries.*`; the error says what each node
-    /// asked answered.
+    /// node gives a better one. `at_load`: a node that cannot be
+    /// connected to is marked sick (no command did it), and a discovery
+    /// that fails counts in `cluster.discoveries.failed` only, as the C
+    /// VMOD counts it there. Counted in `cluster.discoveries.*`; the error
+    /// says what each node asked answered.
     fn read_slots(
         &self,
         cluster: &Cluster,
         nodes: &[Location],
         deadline: Option<Instant>,
-        mark_unreachable: bool,
+        at_load: bool,
         note: &mut dyn FnMut(Note),
     ) -> Result<(), Arc<str>> {
-        self.stats.inc(Counter::ClusterDiscoveriesTotal);
+        let found = || {
+            if at_load {
+                self.stats.inc(Counter::ClusterDiscoveriesTotal);
+            }
+        };
+        if !at_load {
+            self.stats.inc(Counter::ClusterDiscoveriesTotal);
+        }
         let now = Instant::now();
         let topology = self.topology();
         let sick: Vec<&Location> = topology
@@ -259,7 +272,7 @@ impl Database {
                 .connector(location)
                 .connect_within(&probe_stats, cap(self.config.connection_timeout))
                 .map_err(|err| {
-                    if mark_unreachable {
+                    if at_load {
                         if let Some(server) = topology.by_location(location) {
                             server.health.mark_failed();
                         }
@@ -299,6 +312,7 @@ impl Database {
                     stale.get_or_insert((asked, read));
                 }
                 Ok(read) => {
+                    found();
                     self.use_slots(cluster, &asked, read, note);
                     return Ok(());
                 }
@@ -307,6 +321,7 @@ impl Database {
         }
         if let Some((asked, read)) = stale {
             // The best there is: the sick master may be back.
+            found();
             self.use_slots(cluster, &asked, read, note);
             return Ok(());
         }
@@ -349,10 +364,16 @@ impl Database {
         }
         self.apply_slots(map);
         // As the C VMOD: a node `CLUSTER SHARDS` says is not online (failed,
-        // loading) is sick until a map says it is again.
+        // loading) is sick, for sickness_ttl (at least a second): it is
+        // then tried again, since no map may be read again to clear it.
+        let down_for = self.config.sickness_ttl.max(MIN_MAP_DOWN);
+        let unhealthy: HashSet<&Node> = unhealthy.iter().collect();
         for server in self.topology().servers.iter() {
             let location = Ok(server.location().clone());
-            server.health.set_down(unhealthy.contains(&location));
+            match unhealthy.contains(&location) {
+                true => server.health.set_down_for(down_for),
+                false => server.health.set_down(false),
+            }
         }
         cluster.generation.fetch_add(1, Ordering::Release);
     }
@@ -361,36 +382,43 @@ impl Database {
     /// already known keeps its id, health and pool (its role follows the
     /// map), new nodes are added (`servers.total`), and servers the map
     /// leaves out are dropped with their pools once no worker holds them.
+    /// (Sets and maps throughout: a map names up to `MAX_MAP_NODES`.)
     fn apply_slots(&self, map: SlotMap<Node>) {
         let mut nodes: Vec<&Node> = Vec::new();
+        let mut seen: HashSet<&Node> = HashSet::new();
         for node in map.nodes() {
-            if !nodes.contains(&node) {
+            if seen.insert(node) {
                 nodes.push(node);
             }
         }
-        let masters: Vec<&Node> = map.shards.iter().map(|s| &s.master).collect();
+        let masters: HashSet<&Node> = map.shards.iter().map(|s| &s.master).collect();
         self.servers.update(|current| {
+            let known: HashMap<&Location, &Arc<Server>> = current
+                .servers
+                .iter()
+                .map(|server| (server.location(), server))
+                .collect();
             let mut servers = Vec::with_capacity(nodes.len());
-            let mut kept: Vec<&Location> = Vec::with_capacity(nodes.len());
+            let mut kept: HashMap<&Location, usize> = HashMap::with_capacity(nodes.len());
             for &node in &nodes {
                 // Not a location we can connect to: left out.
                 let Ok(location) = node else {
                     continue;
                 };
-                let role = if masters.contains(&node) {
+                let role = if masters.contains(node) {
                     Role::Master
                 } else {
                     Role::Slave
                 };
-                let server = match current.by_location(location) {
-                    Some(server) if server.declared() == role => server.clone(),
-                    Some(server) => Arc::new(server.redeclared(role)),
+                let server = match known.get(location) {
+                    Some(&server) if server.declared() == role => server.clone(),
+                    Some(&server) => Arc::new(server.redeclared(role)),
                     None => self.new_node(location, role),
                 };
-                kept.push(location);
+                kept.insert(location, servers.len());
                 servers.push(server);
             }
-            let index = |node: Node| node.ok().and_then(|at| kept.iter().position(|k| **k == at));
+            let index = |node: Node| node.ok().and_then(|at| kept.get(&at).copied());
             let slots = map.clone().map(|node| index(node).unwrap_or(usize::MAX));
             Some(Topology {
                 servers,
@@ -584,11 +612,14 @@ mod tests {
         assert!(topology.slots.is_none());
         assert!(topology.servers[0].health.is_sick(Instant::now()));
         assert_eq!(db.stats().get(Counter::ServersTotal), 1);
+        // As the C VMOD: a discovery that fails at load counts as failed
+        // only.
         assert_eq!(db.stats().get(Counter::ClusterDiscoveriesFailed), 1);
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 0);
         // The same seed declared again is not asked again.
         db.add_server(&"127.0.0.1:1".parse().unwrap(), Role::Cluster, &mut |_| {})
             .unwrap();
-        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesTotal), 1);
+        assert_eq!(db.stats().get(Counter::ClusterDiscoveriesFailed), 1);
     }
 
     /// Private mode with fewer `max_connections` than masters is logged;

@@ -1,6 +1,6 @@
 //! A server's health: when it last failed, the spacing of connection
 //! attempts after failures, and Sentinel's verdict.
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// When a server last failed (connect or I/O error), as microseconds since
@@ -18,10 +18,15 @@ pub struct Health {
     connect_at_us: AtomicU64,
     /// The spacing after the last failed attempt (0: the last one worked).
     backoff_us: AtomicU64,
-    /// Sentinel says the server is down (`+sdown` / `+odown`): sick until
-    /// it says otherwise, whatever `sickness_ttl`.
-    down: AtomicBool,
+    /// Sick whatever `sickness_ttl` until this (microseconds since
+    /// `epoch`; 0: not down). Sentinel's `+sdown` / `+odown` set it for
+    /// good ([`DOWN_UNTIL_CLEARED`]) until it says otherwise; a cluster
+    /// map that says a node is not online sets it for a while
+    /// ([`Health::set_down_for`]).
+    down_until_us: AtomicU64,
 }
+
+const DOWN_UNTIL_CLEARED: u64 = u64::MAX;
 
 /// First spacing of connection attempts after a failure, doubled after each
 /// failed attempt up to [`MAX_BACKOFF`].
@@ -37,7 +42,7 @@ impl Health {
             failed_at_us: AtomicU64::new(0),
             connect_at_us: AtomicU64::new(0),
             backoff_us: AtomicU64::new(0),
-            down: AtomicBool::new(false),
+            down_until_us: AtomicU64::new(0),
         }
     }
 
@@ -99,13 +104,25 @@ impl Health {
 
     /// Sentinel's verdict: down (sick until cleared) or not.
     pub(crate) fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::Relaxed);
+        let until = if down { DOWN_UNTIL_CLEARED } else { 0 };
+        self.down_until_us.store(until, Ordering::Relaxed);
     }
 
-    /// Sick: failed less than `sickness_ttl` ago, or down for Sentinel.
+    /// Down for `how_long` from now, then as its failures say: a cluster
+    /// map's verdict, which only a later map would clear, and maps are
+    /// read again only on redirections and errors.
+    pub(crate) fn set_down_for(&self, how_long: Duration) {
+        let until = self.us_since_epoch(Instant::now() + how_long);
+        self.down_until_us.store(until, Ordering::Relaxed);
+    }
+
+    /// Sick: failed less than `sickness_ttl` ago, or down.
     pub fn is_sick(&self, now: Instant) -> bool {
-        if self.down.load(Ordering::Relaxed) {
-            return true;
+        match self.down_until_us.load(Ordering::Relaxed) {
+            0 => {}
+            DOWN_UNTIL_CLEARED => return true,
+            until if self.us_since_epoch(now) < until => return true,
+            _ => {}
         }
         match self.failed_at_us.load(Ordering::Relaxed) {
             0 => false,
@@ -174,6 +191,19 @@ mod tests {
         health.set_down(true);
         // Not a failure of ours: sick whatever sickness_ttl says.
         assert!(health.is_sick(Instant::now() + Duration::from_secs(3600)));
+        health.set_down(false);
+        assert!(!health.is_sick(Instant::now()));
+    }
+
+    #[test]
+    fn down_for_a_while_then_as_failures_say() {
+        let health = Health::new(Duration::ZERO);
+        health.set_down_for(Duration::from_secs(2));
+        let now = Instant::now();
+        assert!(health.is_sick(now));
+        assert!(health.is_sick(now + Duration::from_secs(1)));
+        assert!(!health.is_sick(now + Duration::from_secs(3)));
+        health.set_down_for(Duration::from_secs(2));
         health.set_down(false);
         assert!(!health.is_sick(Instant::now()));
     }
