@@ -180,6 +180,22 @@ impl Found<'_> {
         entry_keys(entry, &args, &mut |at| each(args[at]));
     }
 
+    /// The one key of `command` when its reply may be kept in a near
+    /// cache ([`super::model::Entry::cacheable`]): a command of several
+    /// keys (or the same key twice) is not kept.
+    pub(crate) fn cached_key<'c>(&self, command: &'c Command) -> Option<&'c [u8]> {
+        if !self.entry?.cacheable || self.container_only {
+            return None;
+        }
+        let mut found: Option<&'c [u8]> = None;
+        let mut count = 0;
+        self.each_key(command, &mut |key| {
+            count += 1;
+            found = Some(key);
+        });
+        found.filter(|_| count == 1)
+    }
+
     /// The cluster slot of `command`: the one of all its keys (`None`
     /// without keys: any node), or [`CrossSlot`].
     pub(crate) fn slot(&self, command: &Command) -> Result<Option<u16>, CrossSlot> {

@@ -30,6 +30,8 @@ pub(crate) struct Entry {
     /// May go on a multiplexed connection (for [`Blocking::WithKeyword`]:
     /// when the keyword is absent). See `decide.rs`.
     pub(crate) shares: bool,
+    /// Its reply may be kept in an [ext] near cache: see [`may_cache`].
+    pub(crate) cacheable: bool,
 }
 
 /// The commands of one server version.
@@ -243,9 +245,69 @@ fn with_rule(full: &[u8], described: Described, rule: Rule, subcommands: Vec<Ent
         master: rule.master,
         script: rule.script,
         shares: false,
+        cacheable: false,
     };
     entry.shares = may_share(full, &entry);
+    entry.cacheable = may_cache(full, &entry);
     entry
+}
+
+/// Commands that read and are not `nondeterministic_output`, yet whose
+/// reply changes with no write (time, access statistics), or that have
+/// an effect of their own (`TOUCH`). Applied whatever the server's tips
+/// say: Redis 6 gives none.
+const NEVER_CACHED: &[&str] = &[
+    "TTL",
+    "PTTL",
+    "EXPIRETIME",
+    "PEXPIRETIME",
+    "TOUCH",
+    "OBJECT",
+    "MEMORY",
+    "SRANDMEMBER",
+    "HRANDFIELD",
+    "ZRANDMEMBER",
+    "RANDOMKEY",
+    "DUMP",
+    "HTTL",
+    "HPTTL",
+    "HEXPIRETIME",
+    "HPEXPIRETIME",
+];
+
+/// Whether the reply of `entry` (named `full`) may be served again from a
+/// near cache until Redis says one of its keys changed: a `readonly`
+/// command known to the server, with keys its key specifications all
+/// find (so the invalidations name them), deterministic, not blocking,
+/// not a script, not Pub/Sub, not `admin`, not a module's, no effect on
+/// the connection, and not a container. Decided per command in
+/// `decide.rs` (exactly one key).
+fn may_cache(full: &[u8], entry: &Entry) -> bool {
+    let top = match full.iter().position(|&b| b == b'|') {
+        Some(bar) => &full[..bar],
+        None => full,
+    };
+    let refused = flag::WRITE
+        | flag::ADMIN
+        | flag::PUBSUB
+        | flag::BLOCKING
+        | flag::MODULE
+        | flag::MOVABLEKEYS
+        | flag::NONDETERMINISTIC;
+    entry.known
+        && entry.flags & flag::READONLY != 0
+        && entry.flags & refused == 0
+        && entry.effect == Effect::None
+        && entry.blocking == Blocking::No
+        && entry.keys == KeyRule::Specs
+        && !entry.script
+        && !entry.master
+        && entry.subcommands.is_empty()
+        && !entry.key_specs.is_empty()
+        && entry.key_specs.iter().all(|spec| !spec.incomplete)
+        && !NEVER_CACHED
+            .iter()
+            .any(|name| top.eq_ignore_ascii_case(name.as_bytes()))
 }
 
 /// Whether `entry` (named `full`, `PARENT|SUB` for a subcommand) may go

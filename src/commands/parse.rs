@@ -15,6 +15,9 @@ pub(crate) mod flag {
     pub(crate) const BLOCKING: u16 = 1 << 4;
     pub(crate) const MODULE: u16 = 1 << 5;
     pub(crate) const MOVABLEKEYS: u16 = 1 << 6;
+    /// Not a flag but a tip (Redis 7+): `nondeterministic_output`, a reply
+    /// that may differ with no write in between (`TTL`, `SRANDMEMBER`).
+    pub(crate) const NONDETERMINISTIC: u16 = 1 << 7;
 
     pub(crate) fn from_name(name: &[u8]) -> u16 {
         match name.to_ascii_lowercase().as_slice() {
@@ -132,10 +135,15 @@ fn described(reply: &Reply) -> Result<Described, String> {
         None => full_name,
     };
     let arity = integer(fields.get(1)).ok_or("a command without an arity")?;
+    let tips = array(fields.get(7))
+        .iter()
+        .filter_map(text)
+        .any(|tip| tip.eq_ignore_ascii_case(b"nondeterministic_output"));
     let flags = array(fields.get(2))
         .iter()
         .filter_map(text)
-        .fold(0, |flags, name| flags | flag::from_name(name));
+        .fold(0, |flags, name| flags | flag::from_name(name))
+        | if tips { flag::NONDETERMINISTIC } else { 0 };
     let key_specs = match fields.get(8) {
         Some(specs) => array(Some(specs)).iter().map(key_spec).collect(),
         None => legacy_key_spec(fields).into_iter().collect(),

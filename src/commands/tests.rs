@@ -734,3 +734,73 @@ fn hostile_key_specifications_never_panic() {
     }
     assert!(panicked.is_empty(), "panicked on {panicked:#?}");
 }
+
+/// The commands of Redis 7.0.15 whose replies an [ext] near cache may
+/// keep: a reviewed list, so that a change of the rules or of the flags
+/// read shows here. Every other command (writes, scripts, blocking,
+/// keyless, time- or access-dependent) is never kept.
+#[test]
+fn commands_a_near_cache_may_keep() {
+    let model = redis_70();
+    let cacheable: Vec<String> = model
+        .names()
+        .into_iter()
+        .filter(|name| {
+            model
+                .find(&by_name(name))
+                .entry
+                .is_some_and(|e| e.cacheable)
+        })
+        .collect();
+    assert_eq!(
+        cacheable,
+        names(
+            "BITCOUNT BITFIELD_RO BITPOS EXISTS GEODIST GEOHASH GEOPOS \
+             GEORADIUSBYMEMBER_RO GEORADIUS_RO GEOSEARCH GET GETBIT GETRANGE HEXISTS HGET \
+             HGETALL HKEYS HLEN HMGET HSTRLEN HVALS LCS LINDEX LLEN LPOS LRANGE MGET PFCOUNT \
+             SCARD SDIFF SINTER SISMEMBER SMEMBERS SMISMEMBER STRLEN SUBSTR SUNION TYPE \
+             XINFO|GROUPS XINFO|STREAM XLEN XRANGE XREVRANGE ZCARD ZCOUNT ZLEXCOUNT ZMSCORE \
+             ZRANGE ZRANGEBYLEX ZRANGEBYSCORE ZRANK ZREVRANGE ZREVRANGEBYLEX \
+             ZREVRANGEBYSCORE ZREVRANK ZSCORE"
+        ),
+        "{}",
+        cacheable.join(" ")
+    );
+    let key = |args: &[&str]| {
+        let command = cmd(args);
+        model
+            .find(&command)
+            .cached_key(&command)
+            .map(|key| String::from_utf8_lossy(key).into_owned())
+    };
+    assert_eq!(key(&["GET", "k"]), Some("k".into()));
+    assert_eq!(key(&["hget", "h", "f"]), Some("h".into()));
+    assert_eq!(key(&["ZSCORE", "z", "m"]), Some("z".into()));
+    // One key only: several (or one twice) are not kept.
+    assert_eq!(key(&["MGET", "a"]), Some("a".into()));
+    assert_eq!(key(&["MGET", "a", "b"]), None);
+    assert_eq!(key(&["MGET", "a", "a"]), None);
+    assert_eq!(key(&["EXISTS", "a", "b"]), None);
+    for args in [
+        &["SET", "k", "v"][..],
+        &["TTL", "k"],
+        &["PTTL", "k"],
+        &["SRANDMEMBER", "s"],
+        &["OBJECT", "ENCODING", "k"],
+        &["TOUCH", "k"],
+        &["EVAL_RO", "return 1", "1", "k"],
+        &["FCALL_RO", "f", "1", "k"],
+        &["XREAD", "STREAMS", "s", "0"],
+        &["SORT_RO", "k"],
+        &["DBSIZE"],
+        &["KEYS", "*"],
+        &["SCAN", "0"],
+        &["RANDOMKEY"],
+        &["GETEX", "k"],
+        &["GETDEL", "k"],
+        &["BLPOP", "k", "1"],
+        &["NOSUCHCOMMAND", "k"],
+    ] {
+        assert_eq!(key(args), None, "{args:?}");
+    }
+}
