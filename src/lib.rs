@@ -24,6 +24,7 @@ pub mod connection;
 pub mod database;
 pub mod error;
 pub mod protocol;
+pub(crate) mod near_cache;
 mod routing;
 mod sentinel;
 pub mod server;

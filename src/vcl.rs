@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::ffi::ctx::{log_global, Ctx, LogTag};
 use crate::ffi::vsc::counter_segment;
 use crate::protocol::{Command, Reply};
+use crate::near_cache::tracking::Trackers;
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 
@@ -36,6 +37,8 @@ pub struct VclState {
     sentinel_config: Mutex<Option<SentinelConfig>>,
     /// The Sentinel thread, while the VCL is warm.
     sentinel: Mutex<Option<Monitor>>,
+    /// [ext] The near caches' tracking threads, while the VCL is warm.
+    trackers: Mutex<Option<Trackers>>,
 }
 
 /// Module-level task state (PRIV_TASK of the proxied functions): the
@@ -430,6 +433,24 @@ pub fn warm(vcl: &VclState) {
         db.stats().set_visible(true);
     }
     start_sentinel(vcl);
+    start_trackers(vcl);
+}
+
+/// Starts the tracking threads of the databases with a near cache.
+fn start_trackers(vcl: &VclState) {
+    let mut running = vcl.trackers.lock();
+    if running.is_some() {
+        return;
+    }
+    let log: crate::near_cache::tracking::Logger =
+        Arc::new(|msg: &str| log_global(LogTag::Error, msg));
+    match Trackers::start(vcl.databases.read().clone(), log) {
+        Ok(trackers) => *running = trackers,
+        Err(err) => log_global(
+            LogTag::Error,
+            &format!("[REDIS] near cache: cannot start the tracking thread: {err}"),
+        ),
+    }
 }
 
 /// Starts the VCL's Sentinel thread, if it has Sentinels and no thread.
@@ -469,6 +490,7 @@ fn stop_sentinel(vcl: &VclState) {
 /// included).
 pub fn cold(vcl: &VclState) {
     stop_sentinel(vcl);
+    drop(vcl.trackers.lock().take());
     for db in vcl.databases.read().iter() {
         db.stats().set_visible(false);
         db.close_idle();
@@ -477,5 +499,6 @@ pub fn cold(vcl: &VclState) {
 
 pub fn discard(vcl: &VclState) {
     stop_sentinel(vcl);
+    drop(vcl.trackers.lock().take());
     vcl.databases.write().clear();
 }

@@ -212,6 +212,10 @@ pub struct DbArgs<'a> {
     pub max_cluster_hops: i64,
     pub debug: bool,
     pub pipelining: bool,
+    /// [ext] Bytes of near cache (0: none).
+    pub near_cache: i64,
+    /// [ext] Seconds a near-cache entry is served at most (0: no bound).
+    pub near_cache_ttl: i64,
 }
 
 impl Default for DbArgs<'_> {
@@ -236,6 +240,8 @@ impl Default for DbArgs<'_> {
             max_cluster_hops: 32,
             debug: false,
             pipelining: false,
+            near_cache: 0,
+            near_cache_ttl: 0,
         }
     }
 }
@@ -292,6 +298,10 @@ pub struct DbConfig {
     pub max_cluster_hops: u32,
     pub debug: bool,
     pub pipelining: bool,
+    /// [ext] Bytes of near cache; 0: none.
+    pub near_cache: usize,
+    /// [ext] `None`: entries are served until invalidated or evicted.
+    pub near_cache_ttl: Option<Duration>,
 }
 
 /// A non-negative count that fits in u32.
@@ -380,6 +390,14 @@ impl DbConfig {
         if args.pipelining && !args.shared_connections {
             return Err(ConfigError::PipeliningWithoutSharing);
         }
+        if args.near_cache < 0 {
+            return Err(ConfigError::Negative {
+                arg: "near_cache",
+                value: args.near_cache,
+            });
+        }
+        let near_cache = usize::try_from(args.near_cache).unwrap_or(usize::MAX);
+        let near_cache_ttl = optional("near_cache_ttl", args.near_cache_ttl, Duration::from_secs)?;
         Ok(DbConfig {
             location,
             role,
@@ -398,6 +416,8 @@ impl DbConfig {
             max_cluster_hops,
             debug: args.debug,
             pipelining: args.pipelining,
+            near_cache,
+            near_cache_ttl,
         })
     }
 }

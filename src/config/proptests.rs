@@ -220,6 +220,8 @@ proptest! {
             max_cluster_hops: ints[6],
             debug: flags[4],
             pipelining: false,
+            near_cache: 0,
+            near_cache_ttl: 0,
         };
         let u32_count = |v: i64| u32::try_from(v).is_ok();
         let valid = (a.location.trim().is_empty() || a.location.parse::<Location>().is_ok())

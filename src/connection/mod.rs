@@ -40,8 +40,6 @@ pub use connector::Connector;
 pub use error::{ConnectError, Failure, PoolError, PoolTimeout, RequestError};
 pub use manage::ManageConnection;
 pub(crate) use modes::{Connections, Pipelined};
-// For the VCL and Sentinel layers, which unit-test builds leave out.
-#[cfg(not(test))]
 pub(crate) use redact::loggable_error;
 use stream::Stream;
 pub(crate) use stream::{within, Limit};

@@ -1,11 +1,13 @@
 //! One command along the execution plan: attempts, retries, roles
 //! learnt on the way, and where the connection goes afterwards.
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lease::{Lease, Pinned, TaskConnection};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
+use crate::near_cache::Lookup;
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
@@ -45,6 +47,16 @@ pub(super) struct Execution<'x> {
     pub(super) task: &'x mut TaskConnection,
     /// Routing and connection decisions for `debug=true`, and warnings.
     pub(super) debug: &'x mut dyn FnMut(Note),
+    /// [ext] A near-cache fill waits for this reply: [`Database::settle`]
+    /// notes whether the server that gave it is tracked, and a master.
+    pub(super) served: Option<Served>,
+}
+
+/// Of the server that gave a reply a near cache may keep.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Served {
+    pub(super) tracked: bool,
+    pub(super) master: bool,
 }
 
 impl Execution<'_> {
@@ -119,6 +131,17 @@ impl Database {
             self.stats.inc(Counter::CommandsFailed);
             return Err(err);
         }
+        // [ext] A reply the near cache keeps is served with no round trip;
+        // never to a task that holds a connection (`MULTI`, `WATCH`).
+        let near_cache = self.near_cache.as_ref().filter(|_| task.pinned.is_none());
+        let fill = match near_cache.and_then(|cache| {
+            let key = found.cached_key(command)?;
+            Some(cache.lookup(key, command.body(), master))
+        }) {
+            Some(Lookup::Hit(reply)) => return Ok(reply),
+            Some(Lookup::Miss(fill)) => fill,
+            None => None,
+        };
         let x = &mut Execution {
             command,
             found,
@@ -129,14 +152,23 @@ impl Database {
             deadline,
             task,
             debug,
+            served: fill.is_some().then(Served::default),
         };
-        if let Some(pinned) = x.task.pinned.take() {
-            return self.execute_pinned(x, pinned);
+        let result = if let Some(pinned) = x.task.pinned.take() {
+            self.execute_pinned(x, pinned)
+        } else if let Some(cluster) = &self.cluster {
+            self.execute_cluster(cluster, x)
+        } else {
+            self.execute_standalone(x)
+        };
+        if let (Some(cache), Some(fill)) = (near_cache, fill) {
+            let reply = match (&result, x.served) {
+                (Ok(reply), Some(served)) if served.tracked => Some((reply, served.master)),
+                _ => None,
+            };
+            cache.complete(fill, reply);
         }
-        if let Some(cluster) = &self.cluster {
-            return self.execute_cluster(cluster, x);
-        }
-        self.execute_standalone(x)
+        result
     }
 
     /// Along the execution plan of the (standalone) servers.
@@ -374,6 +406,10 @@ impl Database {
         mut lease: Lease<'_>,
         server: &Arc<Server>,
     ) -> Reply {
+        if let Some(served) = &mut x.served {
+            served.tracked = server.tracked.load(Ordering::Acquire);
+            served.master = server.role() == Role::Master;
+        }
         let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts sends that got a reply (here
         // the last; a redirection or a retried `TRYAGAIN` / `LOADING` was

@@ -12,6 +12,7 @@ use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
 use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
+use crate::near_cache::NearCache;
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 use crate::topology::{Servers, Topology};
 
@@ -63,6 +64,8 @@ pub struct Database {
     cluster: Option<Cluster>,
     /// The command model its servers gave (`src/commands/`).
     commands: Commands,
+    /// [ext] `near_cache` > 0 (`src/near_cache/`).
+    near_cache: Option<Arc<NearCache>>,
 }
 
 mod cluster;
@@ -105,16 +108,25 @@ impl Database {
         note: &mut dyn FnMut(Note),
     ) -> Result<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let stats = Arc::new(stats);
+        let near_cache = (config.near_cache > 0).then(|| {
+            Arc::new(NearCache::new(
+                config.near_cache,
+                config.near_cache_ttl,
+                stats.clone(),
+            ))
+        });
         let db = Database {
             name: name.to_string(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             private: private.clone(),
             cluster: (config.role == Role::Cluster).then(Cluster::default),
             config,
-            stats: Arc::new(stats),
+            stats,
             preference,
             servers: Servers::default(),
             commands: Commands::default(),
+            near_cache,
         };
         if let Some(location) = db.config.location.clone() {
             db.add_server(&location, db.config.role, note)?;
@@ -219,6 +231,15 @@ impl Database {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn config(&self) -> &DbConfig {
+        &self.config
+    }
+
+    /// [ext] Its near cache, if `near_cache` > 0.
+    pub(crate) fn near_cache(&self) -> Option<&Arc<NearCache>> {
+        self.near_cache.as_ref()
     }
 
     pub fn stats(&self) -> &Stats {

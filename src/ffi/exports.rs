@@ -296,6 +296,8 @@ pub unsafe extern "C" fn vmod_db__init(
     max_cluster_hops: VCL_INT,
     debug: VCL_BOOL,
     pipelining: VCL_BOOL,
+    near_cache: VCL_INT,
+    near_cache_ttl: VCL_INT,
 ) {
     // SAFETY: the contract for ctx, priv_vcl and the STRINGs; `out` is the new object's slot.
     unsafe {
@@ -325,6 +327,8 @@ pub unsafe extern "C" fn vmod_db__init(
                 max_cluster_hops,
                 debug: debug != 0,
                 pipelining: pipelining != 0,
+                near_cache,
+                near_cache_ttl,
             };
             if let Some(db) = vcl::db_new(ctx, vcl, &arg_str(vcl_name), &args) {
                 *out = Box::into_raw(Box::new(db)).cast::<vmod_redis_db>();

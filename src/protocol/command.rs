@@ -61,6 +61,12 @@ impl Command {
         command
     }
 
+    /// The name and arguments as packed (`$len\r\narg\r\n` each), without
+    /// the count: one spelling per command, the key of a near-cache entry.
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.buf[HEADER_ROOM..]
+    }
+
     /// Appends one binary-safe argument as `$len\r\narg\r\n`, unless
     /// the request would grow past [`MAX_COMMAND_BYTES`].
     pub fn push(&mut self, arg: &[u8]) {

@@ -62,6 +62,9 @@ pub struct Server {
     /// Private, pooled or pipelined; shared with the same server of an
     /// older topology (a role changed by a cluster map).
     pub(crate) connections: Arc<Connections>,
+    /// [ext] `near_cache`: Redis tracks keys for this server's tracking
+    /// connection now (`near_cache/tracking.rs`); shared the same way.
+    pub(crate) tracked: Arc<AtomicBool>,
 }
 
 impl Server {
@@ -87,6 +90,7 @@ impl Server {
             role_refused: AtomicBool::new(false),
             policy,
             connections,
+            tracked: Arc::new(AtomicBool::new(false)),
         };
         server.set_role(declared);
         server
@@ -95,7 +99,7 @@ impl Server {
     /// The same server (id, health, connections) declared `role`, as a new
     /// cluster map says it is now.
     pub(crate) fn redeclared(&self, role: Role) -> Self {
-        Server::new(
+        let mut server = Server::new(
             self.id,
             self.connector.clone(),
             role,
@@ -103,7 +107,9 @@ impl Server {
             self.weight,
             self.policy.clone(),
             self.connections.clone(),
-        )
+        );
+        server.tracked = self.tracked.clone();
+        server
     }
 
     /// Master or Slave once known; `Auto` while still unknown.

@@ -83,6 +83,18 @@ pub enum Counter {
     PipelineBatchSize16,
     PipelineBatchSize32,
     PipelineBatchSize64,
+    /// [ext] `near_cache`: reads served from the near cache.
+    NearCacheHits,
+    /// [ext] `near_cache`: reads it may keep that it did not have.
+    NearCacheMisses,
+    /// [ext] `near_cache`: keys Redis said changed (or flushes).
+    NearCacheInvalidations,
+    /// [ext] `near_cache`: keys evicted for the byte budget.
+    NearCacheEvictions,
+    /// [ext] `near_cache`: replies kept now (a gauge).
+    NearCacheEntries,
+    /// [ext] `near_cache`: bytes they take, about (a gauge).
+    NearCacheBytes,
 }
 
 /// Prometheus families whose counters differ by one label: the
@@ -107,7 +119,7 @@ const BATCH_SIZES: [(Counter, usize); 7] = [
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 30;
+    pub const COUNT: usize = 36;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -146,6 +158,12 @@ impl Counter {
         Counter::PipelineBatchSize16,
         Counter::PipelineBatchSize32,
         Counter::PipelineBatchSize64,
+        Counter::NearCacheHits,
+        Counter::NearCacheMisses,
+        Counter::NearCacheInvalidations,
+        Counter::NearCacheEvictions,
+        Counter::NearCacheEntries,
+        Counter::NearCacheBytes,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -182,7 +200,18 @@ impl Counter {
             Counter::PipelineBatchSize16 => "ext.pipelining.batch_size.16_31",
             Counter::PipelineBatchSize32 => "ext.pipelining.batch_size.32_63",
             Counter::PipelineBatchSize64 => "ext.pipelining.batch_size.64_up",
+            Counter::NearCacheHits => "ext.near_cache.hits",
+            Counter::NearCacheMisses => "ext.near_cache.misses",
+            Counter::NearCacheInvalidations => "ext.near_cache.invalidations",
+            Counter::NearCacheEvictions => "ext.near_cache.evictions",
+            Counter::NearCacheEntries => "ext.near_cache.entries",
+            Counter::NearCacheBytes => "ext.near_cache.bytes",
         }
+    }
+
+    /// A level (it goes down too), not a count of events.
+    pub fn is_gauge(self) -> bool {
+        matches!(self, Counter::NearCacheEntries | Counter::NearCacheBytes)
     }
 
     /// The histogram counter of a batch of `commands` (at least 1).
@@ -301,8 +330,13 @@ pub trait CounterMemory: Send + Sync {
 
 /// Counters in the object's own memory (unit tests, or when no
 /// varnishstat segment could be made).
-#[derive(Default)]
 struct OwnCounters([AtomicU64; Counter::COUNT]);
+
+impl Default for OwnCounters {
+    fn default() -> Self {
+        OwnCounters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 impl CounterMemory for OwnCounters {
     fn cells(&self) -> &[AtomicU64; Counter::COUNT] {
@@ -356,6 +390,12 @@ impl Stats {
     #[inline]
     pub fn get(&self, c: Counter) -> u64 {
         self.memory.cells()[c as usize].load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` off a gauge ([`Counter::is_gauge`]).
+    #[inline]
+    pub fn sub(&self, c: Counter, n: u64) {
+        self.memory.cells()[c as usize].fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Current value of the counter named by its dotted JSON name, for
@@ -458,7 +498,7 @@ impl Stats {
             if family_done != Some(family) {
                 out.push_str("# TYPE ");
                 metric_name(out, prefix, family);
-                out.push_str(" counter\n");
+                out.push_str(if c.is_gauge() { " gauge\n" } else { " counter\n" });
                 family_done = Some(family);
             }
             metric_name(out, prefix, family);

@@ -1,0 +1,334 @@
+//! [ext] The near cache of a database (`redis.db(near_cache = bytes)`):
+//! replies of read-only commands of one key, kept in the process and
+//! served with no round trip until Redis says the key changed.
+//!
+//! **How it stays exact.** Every server of the database has one tracking
+//! connection of its own (`tracking.rs`): RESP3, `CLIENT TRACKING ON
+//! BCAST`, so Redis pushes the name of every key any client changes on
+//! that server (and a flush). Broadcast mode keeps the connections that
+//! carry commands untouched (private, pooled and pipelined ones alike: no
+//! tracking state on them, nothing that could cross from one request to
+//! another), and serves replicas and cluster nodes the same way.
+//!
+//! **The race of a read in flight.** A read sent before a write and
+//! answered after its invalidation arrived would leave the old value for
+//! good. So a miss first registers a *pending* entry (a ticket), then
+//! sends the command; the reply replaces the pending entry only if that
+//! same ticket is still there. An invalidation of the key removes the
+//! entry whatever its state, so a reply that comes after it finds its
+//! ticket gone and is not kept. An invalidation that came before the
+//! ticket concerns a write that Redis applied before our read. The two
+//! arrive on different connections, in either order; both orders are
+//! covered.
+//!
+//! **Tracking lost.** A reply is kept only if the server that gave it is
+//! tracked when it comes, and no server's tracking started or stopped
+//! since the ticket was taken (`epoch`). When a tracking connection
+//! breaks (or the server restarts, flushes, or leaves the topology), the
+//! cache is emptied at once and the epoch moves, so no fill in flight
+//! completes; it fills again once tracking is back.
+//!
+//! **Memory.** 64 shards, each with a lock of its own (no lock every
+//! worker contends on) and 1/64 of the byte budget; past it, keys are
+//! evicted in CLOCK order (second chance: a key read since it was last
+//! passed over stays), which approximates LRU without a write on a hit.
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::protocol::Reply;
+use crate::stats::{Counter, Stats};
+
+pub(crate) mod tracking;
+
+const SHARDS: usize = 64;
+/// What an entry costs beyond its bytes (maps, queue, reply headers).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// One database's near cache.
+pub(crate) struct NearCache {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    budget_per_shard: usize,
+    /// `near_cache_ttl`: no entry is served older than this.
+    max_age: Option<Duration>,
+    next_ticket: AtomicU64,
+    /// Moves whenever a server's tracking starts or stops.
+    epoch: AtomicU64,
+    /// The database's: `ext.near_cache.*`.
+    stats: Arc<Stats>,
+}
+
+#[derive(Default)]
+struct Shard {
+    keys: HashMap<Box<[u8]>, Keyed>,
+    /// Keys in insertion order, for CLOCK eviction (a key may be listed
+    /// after it left `keys`: skipped then).
+    clock: VecDeque<Box<[u8]>>,
+    bytes: usize,
+}
+
+/// The entries of one Redis key: one per command that read it.
+#[derive(Default)]
+struct Keyed {
+    entries: Vec<Entry>,
+    /// Read since the clock hand last passed.
+    referenced: AtomicBool,
+    bytes: usize,
+}
+
+struct Entry {
+    /// The command as sent (name and arguments, with their lengths).
+    command: Box<[u8]>,
+    state: State,
+}
+
+enum State {
+    /// A read is in flight; its reply may replace this if the ticket is
+    /// still here when it comes.
+    Pending(u64),
+    Ready {
+        reply: Reply,
+        stored: Instant,
+        /// From a master (a `master=true` read takes only those).
+        from_master: bool,
+    },
+}
+
+/// What a lookup found.
+pub(crate) enum Lookup {
+    Hit(Reply),
+    /// Not there: send the command, then [`NearCache::complete`] with the
+    /// ticket (`None`: another read of it is in flight; do not keep).
+    Miss(Option<Fill>),
+}
+
+/// A read in flight that may fill the cache.
+pub(crate) struct Fill {
+    key: Box<[u8]>,
+    command: Box<[u8]>,
+    ticket: u64,
+    epoch: u64,
+}
+
+impl NearCache {
+    pub(crate) fn new(budget: usize, max_age: Option<Duration>, stats: Arc<Stats>) -> NearCache {
+        NearCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+            budget_per_shard: (budget / SHARDS).max(1),
+            max_age,
+            next_ticket: AtomicU64::new(1),
+            epoch: AtomicU64::new(0),
+            stats,
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
+    }
+
+    /// The reply kept for `command` (of the one key `key`), or a ticket to
+    /// fill it. `master`: only a reply a master gave will do.
+    pub(crate) fn lookup(&self, key: &[u8], command: &[u8], master: bool) -> Lookup {
+        let now = Instant::now();
+        let mut shard = self.shard(key).lock();
+        if let Some(keyed) = shard.keys.get_mut(key) {
+            let found = keyed.entries.iter().position(|e| &*e.command == command);
+            if let Some(at) = found {
+                match &keyed.entries[at].state {
+                    State::Ready {
+                        reply,
+                        stored,
+                        from_master,
+                    } if (*from_master || !master)
+                        && self.max_age.map_or(true, |max| {
+                            now.saturating_duration_since(*stored) <= max
+                        }) =>
+                    {
+                        keyed.referenced.store(true, Ordering::Relaxed);
+                        let reply = reply.clone();
+                        drop(shard);
+                        self.stats.inc(Counter::NearCacheHits);
+                        return Lookup::Hit(reply);
+                    }
+                    State::Pending(_) => {
+                        drop(shard);
+                        self.stats.inc(Counter::NearCacheMisses);
+                        return Lookup::Miss(None);
+                    }
+                    State::Ready { .. } => {
+                        // Too old, or a replica's for a master read: fetched
+                        // again, and replaced if this read may fill.
+                        let removed = keyed.entries.swap_remove(at);
+                        let size = entry_size(key, &removed);
+                        keyed.bytes -= size;
+                        shard.bytes -= size;
+                        self.stats.sub(Counter::NearCacheEntries, 1);
+                        self.stats.sub(Counter::NearCacheBytes, size as u64);
+                    }
+                }
+            }
+        }
+        self.stats.inc(Counter::NearCacheMisses);
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let entry = Entry {
+            command: command.into(),
+            state: State::Pending(ticket),
+        };
+        let size = entry_size(key, &entry);
+        let shard = &mut *shard;
+        let keyed = match shard.keys.get_mut(key) {
+            Some(keyed) => keyed,
+            None => {
+                shard.clock.push_back(key.into());
+                shard.keys.entry(key.into()).or_default()
+            }
+        };
+        keyed.entries.push(entry);
+        keyed.bytes += size;
+        shard.bytes += size;
+        self.stats.inc(Counter::NearCacheEntries);
+        self.stats.add(Counter::NearCacheBytes, size as u64);
+        Lookup::Miss(Some(Fill {
+            key: key.into(),
+            command: command.into(),
+            ticket,
+            epoch,
+        }))
+    }
+
+    /// The read of `fill` is over: keep `reply` (and whether a master gave
+    /// it) if the ticket is still there and no tracking changed since it
+    /// was taken. `None`: the read failed, or the server that answered is
+    /// not tracked; the pending entry goes.
+    pub(crate) fn complete(&self, fill: Fill, reply: Option<(&Reply, bool)>) {
+        let mut shard = self.shard(&fill.key).lock();
+        let shard = &mut *shard;
+        let Some(keyed) = shard.keys.get_mut(&fill.key) else {
+            return;
+        };
+        let Some(at) = keyed.entries.iter().position(
+            |e| matches!(e.state, State::Pending(t) if t == fill.ticket) && e.command == fill.command,
+        ) else {
+            return;
+        };
+        let keep = reply.filter(|(reply, _)| {
+            !matches!(reply, Reply::Error(_)) && self.epoch.load(Ordering::Acquire) == fill.epoch
+        });
+        let old = entry_size(&fill.key, &keyed.entries[at]);
+        match keep {
+            Some((reply, from_master)) => {
+                keyed.entries[at].state = State::Ready {
+                    reply: reply.clone(),
+                    stored: Instant::now(),
+                    from_master,
+                };
+                let new = entry_size(&fill.key, &keyed.entries[at]);
+                keyed.bytes = keyed.bytes + new - old;
+                shard.bytes = shard.bytes + new - old;
+                self.stats.add(Counter::NearCacheBytes, (new - old) as u64);
+                self.evict(shard);
+            }
+            None => {
+                keyed.entries.swap_remove(at);
+                keyed.bytes -= old;
+                shard.bytes -= old;
+                if keyed.entries.is_empty() {
+                    shard.keys.remove(&fill.key);
+                }
+                self.stats.sub(Counter::NearCacheEntries, 1);
+                self.stats.sub(Counter::NearCacheBytes, old as u64);
+            }
+        }
+    }
+
+    /// Past the shard's budget: evicts keys in CLOCK order.
+    fn evict(&self, shard: &mut Shard) {
+        // Each key is passed over at most twice (its second chance).
+        let mut turns = shard.clock.len() * 2 + 1;
+        while shard.bytes > self.budget_per_shard && turns > 0 {
+            turns -= 1;
+            let Some(key) = shard.clock.pop_front() else {
+                break;
+            };
+            let Some(keyed) = shard.keys.get(&key) else {
+                continue;
+            };
+            if keyed.referenced.swap(false, Ordering::Relaxed) {
+                shard.clock.push_back(key);
+                continue;
+            }
+            let keyed = shard.keys.remove(&key).expect("just found");
+            shard.bytes -= keyed.bytes;
+            self.stats.inc(Counter::NearCacheEvictions);
+            self.forget(&keyed);
+        }
+    }
+
+    fn forget(&self, keyed: &Keyed) {
+        self.stats
+            .sub(Counter::NearCacheEntries, keyed.entries.len() as u64);
+        self.stats.sub(Counter::NearCacheBytes, keyed.bytes as u64);
+    }
+
+    /// Redis says `key` changed: every entry of it goes, pending ones
+    /// included (their reads may have been answered before the change).
+    pub(crate) fn invalidate(&self, key: &[u8]) {
+        self.stats.inc(Counter::NearCacheInvalidations);
+        let mut shard = self.shard(key).lock();
+        if let Some(keyed) = shard.keys.remove(key) {
+            shard.bytes -= keyed.bytes;
+            drop(shard);
+            self.forget(&keyed);
+        }
+    }
+
+    /// Tracking started or stopped somewhere (or Redis flushed): every
+    /// entry goes, and no read in flight may fill.
+    pub(crate) fn clear(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let shard = &mut *shard;
+            for keyed in shard.keys.values() {
+                self.forget(keyed);
+            }
+            shard.keys.clear();
+            shard.clock.clear();
+            shard.bytes = 0;
+        }
+    }
+}
+
+fn entry_size(key: &[u8], entry: &Entry) -> usize {
+    let reply = match &entry.state {
+        State::Pending(_) => 0,
+        State::Ready { reply, .. } => reply_size(reply),
+    };
+    ENTRY_OVERHEAD + key.len() + entry.command.len() + reply
+}
+
+/// About what a reply takes in memory.
+fn reply_size(reply: &Reply) -> usize {
+    let mut size = 0;
+    let mut stack = vec![reply];
+    while let Some(reply) = stack.pop() {
+        size += std::mem::size_of::<Reply>();
+        match reply {
+            Reply::String(bytes) => size += bytes.len(),
+            Reply::Error(text) | Reply::Status(text) => size += text.len(),
+            Reply::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    size
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+use std::time::Duration;
+
+use super::tracking::{invalidated, Invalidated};
+use super::*;
+
+fn cache(budget: usize) -> NearCache {
+    NearCache::new(budget, None, Arc::new(Stats::default()))
+}
+
+fn s(text: &str) -> Reply {
+    Reply::String(text.as_bytes().to_vec())
+}
+
+/// Looks up, and on a miss with a ticket, fills with `reply` from a
+/// tracked master.
+fn read(cache: &NearCache, key: &str, command: &str, reply: &str) -> Option<Reply> {
+    match cache.lookup(key.as_bytes(), command.as_bytes(), false) {
+        Lookup::Hit(reply) => Some(reply),
+        Lookup::Miss(Some(fill)) => {
+            cache.complete(fill, Some((&s(reply), true)));
+            None
+        }
+        Lookup::Miss(None) => None,
+    }
+}
+
+fn get(cache: &NearCache, c: Counter) -> u64 {
+    cache.stats.get(c)
+}
+
+#[test]
+fn a_filled_reply_is_served_until_its_key_changes() {
+    let cache = cache(1 << 20);
+    assert_eq!(read(&cache, "k", "GET k", "v1"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("v1")));
+    // Another command of the same key is an entry of its own.
+    assert_eq!(read(&cache, "k", "STRLEN k", "2"), None);
+    assert_eq!(read(&cache, "k", "STRLEN k", "unused"), Some(s("2")));
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 2);
+    assert!(get(&cache, Counter::NearCacheBytes) > 0);
+    cache.invalidate(b"k");
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 0);
+    assert_eq!(get(&cache, Counter::NearCacheBytes), 0);
+    assert_eq!(read(&cache, "k", "GET k", "v2"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("v2")));
+    assert_eq!(get(&cache, Counter::NearCacheHits), 3);
+    assert_eq!(get(&cache, Counter::NearCacheMisses), 3);
+    assert_eq!(get(&cache, Counter::NearCacheInvalidations), 1);
+}
+
+/// The race of a read in flight: an invalidation that comes between the
+/// ticket and the reply (the reply may hold the old value) leaves
+/// nothing kept; so does a clear (tracking lost or started).
+#[test]
+fn a_change_while_the_read_is_in_flight_keeps_nothing() {
+    let cache = cache(1 << 20);
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", false) else {
+        panic!("a ticket");
+    };
+    cache.invalidate(b"k");
+    cache.complete(fill, Some((&s("old"), true)));
+    assert_eq!(read(&cache, "k", "GET k", "new"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("new")));
+
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"j", b"GET j", false) else {
+        panic!("a ticket");
+    };
+    cache.clear();
+    cache.complete(fill, Some((&s("old"), true)));
+    assert!(matches!(
+        cache.lookup(b"j", b"GET j", false),
+        Lookup::Miss(Some(_))
+    ));
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 1);
+}
+
+/// While one read of a command is in flight, others of it go to Redis
+/// without a ticket; a failed read (or an untracked server's reply, or
+/// an error reply) leaves nothing, and the next read may fill.
+#[test]
+fn one_fill_at_a_time_and_failures_keep_nothing() {
+    let cache = cache(1 << 20);
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", false) else {
+        panic!("a ticket");
+    };
+    assert!(matches!(
+        cache.lookup(b"k", b"GET k", false),
+        Lookup::Miss(None)
+    ));
+    cache.complete(fill, None);
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 0);
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", false) else {
+        panic!("a ticket again");
+    };
+    cache.complete(fill, Some((&Reply::Error("WRONGTYPE".into()), true)));
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 0);
+    assert_eq!(read(&cache, "k", "GET k", "v"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("v")));
+}
+
+/// A `master=true` read takes only what a master gave; a replica's entry
+/// is fetched again and replaced.
+#[test]
+fn master_reads_take_only_a_masters_reply() {
+    let cache = cache(1 << 20);
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", false) else {
+        panic!("a ticket");
+    };
+    cache.complete(fill, Some((&s("from replica"), false)));
+    assert!(matches!(
+        cache.lookup(b"k", b"GET k", false),
+        Lookup::Hit(_)
+    ));
+    let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", true) else {
+        panic!("a master read misses");
+    };
+    cache.complete(fill, Some((&s("from master"), true)));
+    let Lookup::Hit(reply) = cache.lookup(b"k", b"GET k", true) else {
+        panic!("a hit");
+    };
+    assert_eq!(reply, s("from master"));
+}
+
+#[test]
+fn entries_older_than_the_ttl_are_read_again() {
+    let cache = NearCache::new(
+        1 << 20,
+        Some(Duration::from_millis(50)),
+        Arc::new(Stats::default()),
+    );
+    assert_eq!(read(&cache, "k", "GET k", "v"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("v")));
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(read(&cache, "k", "GET k", "v2"), None);
+    assert_eq!(read(&cache, "k", "GET k", "unused"), Some(s("v2")));
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 1);
+}
+
+/// The byte budget holds; a key read since the clock hand passed gets a
+/// second chance.
+#[test]
+fn the_budget_holds_and_read_keys_stay() {
+    let budget = SHARDS * 2_000;
+    let cache = cache(budget);
+    let value = "x".repeat(300);
+    for i in 0..2_000 {
+        let key = format!("k{i}");
+        read(&cache, &key, &format!("GET {key}"), &value);
+        // k0 is read after every fill: always referenced.
+        read(&cache, "k0", "GET k0", &value);
+    }
+    let bytes = get(&cache, Counter::NearCacheBytes) as usize;
+    assert!(bytes <= budget, "{bytes} > {budget}");
+    assert!(get(&cache, Counter::NearCacheEvictions) > 1_500);
+    assert!(matches!(
+        cache.lookup(b"k0", b"GET k0", false),
+        Lookup::Hit(_)
+    ));
+    let kept: usize = cache
+        .shards
+        .iter()
+        .map(|shard| shard.lock().keys.values().map(|k| k.entries.len()).sum::<usize>())
+        .sum();
+    assert_eq!(kept as u64, get(&cache, Counter::NearCacheEntries));
+}
+
+#[test]
+fn invalidation_pushes() {
+    let push = |items: Vec<Reply>| Reply::Array(items);
+    assert_eq!(
+        invalidated(&push(vec![
+            s("invalidate"),
+            push(vec![s("a"), s("b")])
+        ])),
+        Some(Invalidated::Keys(vec![b"a".as_slice(), b"b".as_slice()]))
+    );
+    assert_eq!(
+        invalidated(&push(vec![s("invalidate"), Reply::Nil])),
+        Some(Invalidated::All)
+    );
+    // A key that is no string: everything goes.
+    assert_eq!(
+        invalidated(&push(vec![
+            s("invalidate"),
+            push(vec![s("a"), Reply::Integer(1)])
+        ])),
+        Some(Invalidated::All)
+    );
+    assert_eq!(invalidated(&Reply::Status("PONG".into())), None);
+    assert_eq!(invalidated(&push(vec![s("message"), s("x")])), None);
+}
+
+/// Against a real redis-server: a read is served from the cache until
+/// another client writes the key, a flush empties it, and a broken
+/// tracking connection drops everything at once and fills again once
+/// tracking is back.
+mod with_redis {
+    use std::time::Instant;
+
+    use super::super::tracking::Trackers;
+    use super::*;
+    use crate::config::{DbArgs, DbConfig};
+    use crate::database::{Database, TaskConnection};
+    use crate::protocol::Command;
+    use crate::testing::RedisProcess;
+
+    fn get(db: &Database, key: &str) -> Reply {
+        let mut command = Command::new(b"GET");
+        command.push(key.as_bytes());
+        db.execute(&mut command, false, &mut TaskConnection::default(), &mut |_| {})
+            .expect("GET")
+    }
+
+    fn counter(db: &Database, c: Counter) -> u64 {
+        db.stats().get(c)
+    }
+
+    /// Waits up to 2 s for `done`.
+    fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(2);
+        while !done() {
+            assert!(Instant::now() < until, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn reads_are_kept_until_redis_says_the_key_changed() {
+        let redis = RedisProcess::start(&[]);
+        let location = redis.location();
+        let config = DbConfig::from_args(&DbArgs {
+            location: &location,
+            role: "master",
+            near_cache: 1 << 20,
+            ..DbArgs::default()
+        })
+        .unwrap();
+        let db = Arc::new(Database::new("db", config).unwrap());
+        let server = db.topology().servers[0].clone();
+        let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
+        let trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
+        let tracked = || server.tracked.load(Ordering::Acquire);
+        eventually("tracking on", tracked);
+
+        redis.cli(&["SET", "k", "v1"]);
+        assert_eq!(get(&db, "k"), s("v1"));
+        let sent = counter(&db, Counter::CommandsTotal);
+        assert_eq!(get(&db, "k"), s("v1"));
+        assert_eq!(counter(&db, Counter::CommandsTotal), sent, "a hit sends nothing");
+        assert_eq!(counter(&db, Counter::NearCacheHits), 1);
+
+        // Another client writes: the next reads see it once Redis told us.
+        redis.cli(&["SET", "k", "v2"]);
+        eventually("invalidated", || get(&db, "k") == s("v2"));
+        assert!(counter(&db, Counter::NearCacheInvalidations) >= 1);
+        eventually("kept again", || {
+            get(&db, "k");
+            counter(&db, Counter::NearCacheEntries) == 1
+        });
+
+        // A flush drops everything.
+        redis.cli(&["FLUSHALL"]);
+        eventually("flushed", || counter(&db, Counter::NearCacheEntries) == 0);
+        assert_eq!(get(&db, "k"), Reply::Nil);
+
+        // The tracking connection killed: everything goes at once, and
+        // the cache fills again once tracking is back.
+        redis.cli(&["SET", "k", "v3"]);
+        eventually("kept", || {
+            get(&db, "k");
+            counter(&db, Counter::NearCacheEntries) == 1
+        });
+        let clients = redis.cli(&["CLIENT", "LIST"]);
+        let id = clients
+            .lines()
+            .find(|line| line.contains("flags=t"))
+            .and_then(|line| line.split_whitespace().next())
+            .and_then(|field| field.strip_prefix("id="))
+            .expect("the tracking client")
+            .to_string();
+        redis.cli(&["CLIENT", "KILL", "ID", &id]);
+        eventually("dropped", || counter(&db, Counter::NearCacheEntries) == 0);
+        eventually("tracked again", tracked);
+        assert_eq!(get(&db, "k"), s("v3"));
+        eventually("kept after tracking is back", || {
+            get(&db, "k");
+            counter(&db, Counter::NearCacheEntries) == 1
+        });
+
+        // Stopped: untracked, emptied, within a second.
+        let started = Instant::now();
+        drop(trackers);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(!tracked());
+        assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
+    }
+}
