@@ -17,8 +17,8 @@ use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
 use crate::ffi::ctx::{log_global, Ctx, LogTag};
 use crate::ffi::vsc::counter_segment;
-use crate::protocol::{Command, Reply};
 use crate::near_cache::tracking::Trackers;
+use crate::protocol::{Command, Reply};
 use crate::sentinel::{Level, Monitor};
 use crate::stats::{PrometheusOptions, Stats};
 

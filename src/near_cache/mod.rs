@@ -146,9 +146,9 @@ impl NearCache {
                         stored,
                         from_master,
                     } if (*from_master || !master)
-                        && self.max_age.map_or(true, |max| {
-                            now.saturating_duration_since(*stored) <= max
-                        }) =>
+                        && self
+                            .max_age
+                            .map_or(true, |max| now.saturating_duration_since(*stored) <= max) =>
                     {
                         keyed.referenced.store(true, Ordering::Relaxed);
                         let reply = reply.clone();
@@ -213,9 +213,9 @@ impl NearCache {
         let Some(keyed) = shard.keys.get_mut(&fill.key) else {
             return;
         };
-        let Some(at) = keyed.entries.iter().position(
-            |e| matches!(e.state, State::Pending(t) if t == fill.ticket) && e.command == fill.command,
-        ) else {
+        let Some(at) = keyed.entries.iter().position(|e| {
+            matches!(e.state, State::Pending(t) if t == fill.ticket) && e.command == fill.command
+        }) else {
             return;
         };
         let keep = reply.filter(|(reply, _)| {

@@ -159,7 +159,14 @@ fn the_budget_holds_and_read_keys_stay() {
     let kept: usize = cache
         .shards
         .iter()
-        .map(|shard| shard.lock().keys.values().map(|k| k.entries.len()).sum::<usize>())
+        .map(|shard| {
+            shard
+                .lock()
+                .keys
+                .values()
+                .map(|k| k.entries.len())
+                .sum::<usize>()
+        })
         .sum();
     assert_eq!(kept as u64, get(&cache, Counter::NearCacheEntries));
 }
@@ -168,10 +175,7 @@ fn the_budget_holds_and_read_keys_stay() {
 fn invalidation_pushes() {
     let push = |items: Vec<Reply>| Reply::Array(items);
     assert_eq!(
-        invalidated(&push(vec![
-            s("invalidate"),
-            push(vec![s("a"), s("b")])
-        ])),
+        invalidated(&push(vec![s("invalidate"), push(vec![s("a"), s("b")])])),
         Some(Invalidated::Keys(vec![b"a".as_slice(), b"b".as_slice()]))
     );
     assert_eq!(
@@ -207,8 +211,13 @@ mod with_redis {
     fn get(db: &Database, key: &str) -> Reply {
         let mut command = Command::new(b"GET");
         command.push(key.as_bytes());
-        db.execute(&mut command, false, &mut TaskConnection::default(), &mut |_| {})
-            .expect("GET")
+        db.execute(
+            &mut command,
+            false,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+        .expect("GET")
     }
 
     fn counter(db: &Database, c: Counter) -> u64 {
@@ -246,7 +255,11 @@ mod with_redis {
         assert_eq!(get(&db, "k"), s("v1"));
         let sent = counter(&db, Counter::CommandsTotal);
         assert_eq!(get(&db, "k"), s("v1"));
-        assert_eq!(counter(&db, Counter::CommandsTotal), sent, "a hit sends nothing");
+        assert_eq!(
+            counter(&db, Counter::CommandsTotal),
+            sent,
+            "a hit sends nothing"
+        );
         assert_eq!(counter(&db, Counter::NearCacheHits), 1);
 
         // Another client writes: the next reads see it once Redis told us.

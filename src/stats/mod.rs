@@ -498,7 +498,11 @@ impl Stats {
             if family_done != Some(family) {
                 out.push_str("# TYPE ");
                 metric_name(out, prefix, family);
-                out.push_str(if c.is_gauge() { " gauge\n" } else { " counter\n" });
+                out.push_str(if c.is_gauge() {
+                    " gauge\n"
+                } else {
+                    " counter\n"
+                });
                 family_done = Some(family);
             }
             metric_name(out, prefix, family);
