@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::builtin::KeyRule;
 use super::model::{Entry, Found};
-use super::parse::{BeginSearch, FindKeys, KeySpec};
+use super::parse::{flag, BeginSearch, FindKeys, KeySpec};
 use crate::cluster::key_slot;
 use crate::protocol::Command;
 
@@ -194,6 +194,24 @@ impl Found<'_> {
             found = Some(key);
         });
         found.filter(|_| count == 1)
+    }
+
+    /// What `command` may change, for a near cache to forget (see
+    /// `near_cache`): `None` for a command that writes nothing (a read,
+    /// `PING`, `MULTI`...); else its keys, found as for routing (a command
+    /// not in the model: its first argument, the C VMOD's rule), and none
+    /// for a write without keys (`FLUSHALL`, `SWAPDB`: everything).
+    pub(crate) fn written_keys<'c>(&self, command: &'c Command) -> Option<Vec<&'c [u8]>> {
+        let writes = match self.entry.filter(|_| !self.container_only) {
+            Some(entry) => entry.flags & flag::WRITE != 0 || entry.script,
+            None => true,
+        };
+        if !writes {
+            return None;
+        }
+        let mut keys = Vec::new();
+        self.each_key(command, &mut |key| keys.push(key));
+        Some(keys)
     }
 
     /// The cluster slot of `command`: the one of all its keys (`None`

@@ -133,6 +133,7 @@ impl Database {
         }
         // [ext] A reply the near cache keeps is served with no round trip;
         // never to a task that holds a connection (`MULTI`, `WATCH`).
+        let in_multi = task.session.in_multi();
         let near_cache = self.near_cache.as_ref().filter(|_| task.pinned.is_none());
         let fill = match near_cache.and_then(|cache| {
             let key = found.cached_key(command)?;
@@ -167,6 +168,18 @@ impl Database {
                 _ => None,
             };
             cache.complete(fill, reply);
+        } else if let Some(cache) = &self.near_cache {
+            let name = x.command.name();
+            let ended = (name.eq_ignore_ascii_case(b"EXEC")
+                || name.eq_ignore_ascii_case(b"DISCARD"))
+                && in_multi;
+            let task = &mut *x.task;
+            let (queued, ended) = match (in_multi, ended) {
+                (_, true) => (None, Some(&mut task.queued_writes)),
+                (true, false) => (Some(&mut task.queued_writes), None),
+                (false, false) => (None, None),
+            };
+            cache.forget_written(x.found.written_keys(x.command), queued, ended);
         }
         result
     }

@@ -9,6 +9,7 @@ use crate::connection::private::PrivateLease;
 use crate::connection::shared::SharedLease;
 use crate::connection::{Connection, Connections, RequestError};
 use crate::error::{Error, Result};
+use crate::near_cache::QueuedWrites;
 use crate::protocol::Reply;
 use crate::routing::rotation;
 use crate::server::Server;
@@ -137,6 +138,8 @@ impl Lease<'_> {
 pub struct TaskConnection {
     pub(super) session: Session,
     pub(super) pinned: Option<Pinned>,
+    /// [ext] `near_cache`: the keys its open transaction writes.
+    pub(super) queued_writes: QueuedWrites,
 }
 
 /// A connection kept by one task, from `MULTI` / `WATCH` to `EXEC`,

@@ -99,6 +99,14 @@ enum State {
     },
 }
 
+/// What the writes a task queued in `MULTI` change, forgotten at its
+/// `EXEC` or `DISCARD` (see [`NearCache::forget_written`]).
+#[derive(Debug, Default)]
+pub(crate) struct QueuedWrites {
+    keys: Vec<Box<[u8]>>,
+    everything: bool,
+}
+
 /// What a lookup found.
 pub(crate) enum Lookup {
     Hit(Reply),
@@ -286,6 +294,40 @@ impl NearCache {
             shard.bytes -= keyed.bytes;
             drop(shard);
             self.forget(&keyed);
+        }
+    }
+
+    /// A command of ours that may have written `keys` (`Some(empty)`: a
+    /// write without keys, `FLUSHALL`) was answered (or failed): they are
+    /// forgotten now, so that the task's next read (and every other
+    /// one) sees the write without waiting for Redis's invalidation,
+    /// which travels on another connection. Queued in a transaction
+    /// (`queued`), they are forgotten at its end instead: before it
+    /// runs, another task could fill them again. `ended`: the command
+    /// ended the task's transaction (`EXEC`, `DISCARD`).
+    pub(crate) fn forget_written(
+        &self,
+        keys: Option<Vec<&[u8]>>,
+        queued: Option<&mut QueuedWrites>,
+        ended: Option<&mut QueuedWrites>,
+    ) {
+        if let Some(keys) = keys {
+            match queued {
+                Some(queue) => {
+                    queue.everything |= keys.is_empty();
+                    queue.keys.extend(keys.into_iter().map(Box::from));
+                }
+                None if keys.is_empty() => self.clear(),
+                None => keys.into_iter().for_each(|key| self.invalidate(key)),
+            }
+        }
+        if let Some(queue) = ended {
+            if std::mem::take(&mut queue.everything) {
+                self.clear();
+            }
+            for key in queue.keys.drain(..) {
+                self.invalidate(&key);
+            }
         }
     }
 

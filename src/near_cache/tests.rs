@@ -307,4 +307,61 @@ mod with_redis {
         assert!(!tracked());
         assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
     }
+
+    fn run(db: &Database, task: &mut TaskConnection, args: &[&str]) -> Reply {
+        let mut command = Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        db.execute(&mut command, false, task, &mut |_| {})
+            .expect("a reply")
+    }
+
+    /// Our own writes are forgotten as soon as they are answered, without
+    /// Redis's invalidation (none comes here: the server is marked
+    /// tracked with no tracking connection), in a transaction at its
+    /// `EXEC`, and a write without keys forgets everything.
+    #[test]
+    fn our_writes_are_seen_by_the_next_read_at_once() {
+        let redis = RedisProcess::start(&[]);
+        let location = redis.location();
+        let config = DbConfig::from_args(&DbArgs {
+            location: &location,
+            role: "master",
+            near_cache: 1 << 20,
+            ..DbArgs::default()
+        })
+        .unwrap();
+        let db = Database::new("db", config).unwrap();
+        db.topology().servers[0]
+            .tracked
+            .store(true, Ordering::Release);
+        let task = &mut TaskConnection::default();
+        redis.cli(&["SET", "k", "1"]);
+        assert_eq!(run(&db, task, &["GET", "k"]), s("1"));
+        assert_eq!(run(&db, task, &["GET", "k"]), s("1"));
+        assert_eq!(counter(&db, Counter::NearCacheHits), 1);
+        // Another client's write is not seen: nothing tells us.
+        redis.cli(&["SET", "k", "x"]);
+        assert_eq!(run(&db, task, &["GET", "k"]), s("1"));
+
+        run(&db, task, &["SET", "k", "2"]);
+        assert_eq!(run(&db, task, &["GET", "k"]), s("2"));
+        assert_eq!(run(&db, task, &["GET", "k"]), s("2"));
+        // Queued: forgotten at EXEC, not before.
+        run(&db, task, &["MULTI"]);
+        run(&db, task, &["INCR", "k"]);
+        assert_eq!(counter(&db, Counter::NearCacheEntries), 1);
+        run(&db, task, &["EXEC"]);
+        assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
+        assert_eq!(run(&db, task, &["GET", "k"]), s("3"));
+        // A renamed or unknown command: its first argument.
+        assert_eq!(run(&db, task, &["GET", "j"]), Reply::Nil);
+        run(&db, task, &["NOSUCHCOMMAND", "j"]);
+        assert_eq!(counter(&db, Counter::NearCacheEntries), 1);
+        // A write without keys: everything.
+        run(&db, task, &["FLUSHDB"]);
+        assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
+        assert_eq!(run(&db, task, &["GET", "k"]), Reply::Nil);
+    }
 }
