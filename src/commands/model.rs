@@ -273,6 +273,10 @@ const NEVER_CACHED: &[&str] = &[
     "HPTTL",
     "HEXPIRETIME",
     "HPEXPIRETIME",
+    // Consumer-group state that XREADGROUP, XACK and XCLAIM change with
+    // no invalidation of the stream's key.
+    "XINFO",
+    "XPENDING",
 ];
 
 /// Whether the reply of `entry` (named `full`) may be served again from a

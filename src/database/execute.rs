@@ -10,7 +10,7 @@ use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::near_cache::Lookup;
+use crate::near_cache::{Filled, Lookup};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -163,11 +163,17 @@ impl Database {
             self.execute_standalone(x)
         };
         if let (Some(cache), Some(fill)) = (near_cache, fill) {
-            let reply = match (&result, x.served) {
-                (Ok(reply), Some(served)) if served.tracked => Some((reply, served.master)),
+            let filled = match (&result, x.served) {
+                (Ok(reply), Some(served)) if served.tracked && !matches!(reply, Reply::Error(_)) => {
+                    self.expiry_of(fill.key(), x).map(|expires| Filled {
+                        reply,
+                        from_master: served.master,
+                        expires,
+                    })
+                }
                 _ => None,
             };
-            cache.complete(fill, reply);
+            cache.complete(fill, filled);
         } else if let Some(cache) = &self.near_cache {
             let name = x.command.name();
             let ended = (name.eq_ignore_ascii_case(b"EXEC")
@@ -182,6 +188,32 @@ impl Database {
             cache.forget_written(x.found.written_keys(x.command), queued, ended);
         }
         result
+    }
+
+    /// [ext] When `key`, just read for the near cache, expires: its
+    /// `PTTL`, asked next (bounded by what is left of the execution's
+    /// deadline, no retry), counted as any command. `Some(None)`: no TTL
+    /// (or no key); `None`: unknown, so not kept.
+    fn expiry_of(&self, key: &[u8], x: &mut Execution) -> Option<Option<Instant>> {
+        let mut pttl = Command::new(b"PTTL");
+        pttl.push(key);
+        pttl.retries = Some(0);
+        let left = x
+            .deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+        pttl.timeout = match (left, x.timeout) {
+            (Some(left), _) if left.is_zero() => return None,
+            (Some(left), Some(timeout)) => Some(left.min(timeout)),
+            (left, timeout) => left.or(timeout),
+        };
+        let asked = Instant::now();
+        match self.execute(&mut pttl, x.master, x.task, x.debug) {
+            Ok(Reply::Integer(ms)) if ms >= 0 => {
+                Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
+            }
+            Ok(Reply::Integer(-1 | -2)) => Some(None),
+            _ => None,
+        }
     }
 
     /// Along the execution plan of the (standalone) servers.

@@ -28,11 +28,21 @@
 //! cache is emptied at once and the epoch moves, so no fill in flight
 //! completes; it fills again once tracking is back.
 //!
+//! **Expiry.** A key with a TTL expires in Redis without a write, and an
+//! expired key Redis has not deleted yet sends no invalidation. So a fill
+//! asks the key's `PTTL` right after its read (same ticket: a change in
+//! between withdraws it) and the entry is served only until then.
+//!
+//! **Admission.** A command is kept at its second miss within a while (a
+//! per-shard doorkeeper of hashes): reads of keys that are read once (a
+//! write-heavy or scan-like load) cost nothing more than without a cache,
+//! and the `PTTL` of a fill is paid only by keys read again.
+//!
 //! **Memory.** 64 shards, each with a lock of its own (no lock every
 //! worker contends on) and 1/64 of the byte budget; past it, keys are
 //! evicted in CLOCK order (second chance: a key read since it was last
 //! passed over stays), which approximates LRU without a write on a hit.
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +56,8 @@ use crate::stats::{Counter, Stats};
 pub(crate) mod tracking;
 
 const SHARDS: usize = 64;
+/// Commands a shard's doorkeeper remembers before it starts afresh.
+const DOORKEEPER: usize = 4096;
 /// What an entry costs beyond its bytes (maps, queue, reply headers).
 const ENTRY_OVERHEAD: usize = 96;
 
@@ -70,6 +82,8 @@ struct Shard {
     /// after it left `keys`: skipped then).
     clock: VecDeque<Box<[u8]>>,
     bytes: usize,
+    /// Hashes of commands missed once: the next miss fills.
+    seen: HashSet<u64>,
 }
 
 /// The entries of one Redis key: one per command that read it.
@@ -94,6 +108,8 @@ enum State {
     Ready {
         reply: Reply,
         stored: Instant,
+        /// When the key's TTL ends (`None`: it has none).
+        expires: Option<Instant>,
         /// From a master (a `master=true` read takes only those).
         from_master: bool,
     },
@@ -115,12 +131,28 @@ pub(crate) enum Lookup {
     Miss(Option<Fill>),
 }
 
+/// The reply of a fill, and what is known of it.
+pub(crate) struct Filled<'r> {
+    pub reply: &'r Reply,
+    /// A master gave it.
+    pub from_master: bool,
+    /// When its key's TTL ends (`None`: no TTL).
+    pub expires: Option<Instant>,
+}
+
 /// A read in flight that may fill the cache.
 pub(crate) struct Fill {
     key: Box<[u8]>,
     command: Box<[u8]>,
     ticket: u64,
     epoch: u64,
+}
+
+impl Fill {
+    /// The key the fill is for.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
 }
 
 impl NearCache {
@@ -152,8 +184,10 @@ impl NearCache {
                     State::Ready {
                         reply,
                         stored,
+                        expires,
                         from_master,
                     } if (*from_master || !master)
+                        && expires.map_or(true, |at| now < at)
                         && self
                             .max_age
                             .map_or(true, |max| now.saturating_duration_since(*stored) <= max) =>
@@ -183,6 +217,15 @@ impl NearCache {
             }
         }
         self.stats.inc(Counter::NearCacheMisses);
+        // The doorkeeper: a first miss only leaves its hash.
+        let hash = self.hasher.hash_one(command);
+        if !shard.seen.remove(&hash) {
+            if shard.seen.len() >= DOORKEEPER {
+                shard.seen.clear();
+            }
+            shard.seen.insert(hash);
+            return Lookup::Miss(None);
+        }
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let epoch = self.epoch.load(Ordering::Acquire);
         let entry = Entry {
@@ -211,11 +254,11 @@ impl NearCache {
         }))
     }
 
-    /// The read of `fill` is over: keep `reply` (and whether a master gave
-    /// it) if the ticket is still there and no tracking changed since it
-    /// was taken. `None`: the read failed, or the server that answered is
-    /// not tracked; the pending entry goes.
-    pub(crate) fn complete(&self, fill: Fill, reply: Option<(&Reply, bool)>) {
+    /// The read of `fill` is over: keep `reply` (whether a master gave it,
+    /// when its key expires) if the ticket is still there and no tracking
+    /// changed since it was taken. `None`: the read failed, or the server
+    /// that answered is not tracked; the pending entry goes.
+    pub(crate) fn complete(&self, fill: Fill, reply: Option<Filled<'_>>) {
         let mut shard = self.shard(&fill.key).lock();
         let shard = &mut *shard;
         let Some(keyed) = shard.keys.get_mut(&fill.key) else {
@@ -226,16 +269,18 @@ impl NearCache {
         }) else {
             return;
         };
-        let keep = reply.filter(|(reply, _)| {
-            !matches!(reply, Reply::Error(_)) && self.epoch.load(Ordering::Acquire) == fill.epoch
+        let keep = reply.filter(|filled| {
+            !matches!(filled.reply, Reply::Error(_))
+                && self.epoch.load(Ordering::Acquire) == fill.epoch
         });
         let old = entry_size(&fill.key, &keyed.entries[at]);
         match keep {
-            Some((reply, from_master)) => {
+            Some(filled) => {
                 keyed.entries[at].state = State::Ready {
-                    reply: reply.clone(),
+                    reply: filled.reply.clone(),
                     stored: Instant::now(),
-                    from_master,
+                    expires: filled.expires,
+                    from_master: filled.from_master,
                 };
                 let new = entry_size(&fill.key, &keyed.entries[at]);
                 keyed.bytes = keyed.bytes + new - old;
