@@ -449,3 +449,74 @@ mod with_redis {
         assert_eq!(counter(&db, Counter::NearCacheMisses), 100);
     }
 }
+
+/// Review: the CLOCK queue is memory outside the byte budget, trimmed only
+/// when a shard is over budget. A key that leaves the map otherwise (an
+/// invalidation, a fill that keeps nothing) stays queued, and the next
+/// miss queues it again: with tracking refused (Redis 5, an ACL without
+/// `CLIENT`) every cacheable read grows the queue, forever.
+#[test]
+fn the_clock_queue_stays_bounded_when_keys_leave_without_eviction() {
+    let queued =
+        |cache: &NearCache| -> usize { cache.shards.iter().map(|s| s.lock().clock.len()).sum() };
+    let cache = cache(1 << 20);
+    // An untracked server: each read takes a ticket and keeps nothing.
+    for _ in 0..10_000 {
+        let Lookup::Miss(Some(fill)) = cache.lookup(b"k", b"GET k", false) else {
+            panic!("a ticket");
+        };
+        cache.complete(fill, None);
+    }
+    assert_eq!(get(&cache, Counter::NearCacheEntries), 0);
+    assert!(
+        queued(&cache) <= 64,
+        "{} keys queued, none kept",
+        queued(&cache)
+    );
+    // A hot key written as often as it is read.
+    let cache = self::cache(1 << 20);
+    for _ in 0..10_000 {
+        read(&cache, "k", "GET k", "v");
+        cache.invalidate(b"k");
+    }
+    assert!(
+        queued(&cache) <= 64,
+        "{} keys queued, none kept",
+        queued(&cache)
+    );
+}
+
+/// Review: a reply larger than a shard's share of the budget (1/64: about
+/// 15 KB of `near_cache = 1000000`) is never kept, yet its fill evicts
+/// every other key of its shard first: reading a few large keys (the
+/// VCL's input picks which) empties the cache over and over.
+#[test]
+fn a_reply_past_the_shard_budget_evicts_nothing_else() {
+    let cache = cache(64 * 1000);
+    let shard_of = |key: &str| std::ptr::from_ref(cache.shard(key.as_bytes()));
+    let hot: Vec<String> = (0..10_000)
+        .map(|i| format!("hot{i}"))
+        .filter(|key| shard_of(key) == shard_of("big"))
+        .take(3)
+        .collect();
+    for key in &hot {
+        read(&cache, key, &format!("GET {key}"), "v");
+    }
+    for key in &hot {
+        assert_eq!(
+            read(&cache, key, &format!("GET {key}"), "unused"),
+            Some(s("v"))
+        );
+    }
+    // Two reads of large keys, with no read of the hot ones between.
+    read(&cache, "big", "GET big", &"x".repeat(2000));
+    read(&cache, "big", "GET big", &"x".repeat(2000));
+    for key in &hot {
+        assert_eq!(
+            read(&cache, key, &format!("GET {key}"), "v"),
+            Some(s("v")),
+            "{key} evicted"
+        );
+    }
+    assert_eq!(get(&cache, Counter::NearCacheEvictions), 0);
+}
