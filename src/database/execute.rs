@@ -164,7 +164,9 @@ impl Database {
         };
         if let (Some(cache), Some(fill)) = (near_cache, fill) {
             let filled = match (&result, x.served) {
-                (Ok(reply), Some(served)) if served.tracked && !matches!(reply, Reply::Error(_)) => {
+                (Ok(reply), Some(served))
+                    if served.tracked && !matches!(reply, Reply::Error(_)) =>
+                {
                     self.expiry_of(fill.key(), x).map(|expires| Filled {
                         reply,
                         from_master: served.master,

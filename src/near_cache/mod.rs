@@ -234,13 +234,11 @@ impl NearCache {
         };
         let size = entry_size(key, &entry);
         let shard = &mut *shard;
-        let keyed = match shard.keys.get_mut(key) {
-            Some(keyed) => keyed,
-            None => {
-                shard.clock.push_back(key.into());
-                shard.keys.entry(key.into()).or_default()
-            }
-        };
+        if !shard.keys.contains_key(key) {
+            shard.clock.push_back(key.into());
+            compact_clock(shard);
+        }
+        let keyed = shard.keys.entry(key.into()).or_default();
         keyed.entries.push(entry);
         keyed.bytes += size;
         shard.bytes += size;
@@ -274,6 +272,9 @@ impl NearCache {
                 && self.epoch.load(Ordering::Acquire) == fill.epoch
         });
         let old = entry_size(&fill.key, &keyed.entries[at]);
+        // A reply past the shard's whole budget is not kept: keeping it
+        // would evict every other key of the shard, for nothing.
+        let keep = keep.filter(|filled| old + reply_size(filled.reply) <= self.budget_per_shard);
         match keep {
             Some(filled) => {
                 keyed.entries[at].state = State::Ready {
@@ -391,6 +392,20 @@ impl NearCache {
             shard.bytes = 0;
         }
     }
+}
+
+/// Keys leave the map without leaving the clock queue (invalidations,
+/// fills that keep nothing), and come back: past twice the keys kept (and
+/// a margin), the queue is rebuilt with the keys still there, once each.
+fn compact_clock(shard: &mut Shard) {
+    if shard.clock.len() <= 2 * shard.keys.len() + 64 {
+        return;
+    }
+    let keys = &shard.keys;
+    let mut queued = HashSet::new();
+    shard
+        .clock
+        .retain(|key| keys.contains_key(key) && queued.insert(key.clone()));
 }
 
 fn entry_size(key: &[u8], entry: &Entry) -> usize {

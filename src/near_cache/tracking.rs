@@ -84,13 +84,6 @@ struct Listener {
     thread: JoinHandle<()>,
 }
 
-impl Listener {
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-    }
-}
-
 /// Keeps one listener per server of each database, until `stop`. A
 /// server is known by its `tracked` flag (one per server, whatever its
 /// role): a server replaced by a new one at the same location gets a
@@ -125,10 +118,16 @@ fn supervise(databases: &[Arc<Database>], stop: &AtomicBool, log: &Logger) {
             .filter(|key| !current.contains(key))
             .copied()
             .collect();
-        for key in gone {
-            if let Some(listener) = listeners.remove(&key) {
-                listener.stop();
-            }
+        // Stopped together, then joined: each ends within a wait.
+        let gone: Vec<Listener> = gone
+            .into_iter()
+            .filter_map(|key| listeners.remove(&key))
+            .collect();
+        for listener in &gone {
+            listener.stop.store(true, Ordering::Relaxed);
+        }
+        for listener in gone {
+            let _ = listener.thread.join();
         }
         std::thread::sleep(SLICE);
     }
