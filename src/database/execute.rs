@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::hold::Waited;
 use super::lease::{Lease, Pinned, TaskConnection};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
@@ -141,6 +142,9 @@ impl Database {
 
     /// Along the execution plan of the (standalone) servers.
     fn execute_standalone(&self, x: &mut Execution) -> Result<Reply> {
+        if x.master && self.hold.is_on() {
+            self.wait_for_failover(x)?;
+        }
         let master_only = x.master || self.config.ignore_slaves;
         let topology = self.topology();
         // For debug lines only (no allocation otherwise).
@@ -266,6 +270,33 @@ impl Database {
                     self.stats.inc(Counter::CommandsFailed);
                     return Err(err);
                 }
+            }
+        }
+    }
+
+    /// Sentinel is failing over a master of this database: the command
+    /// waits for the promotion (then goes to the new master, on the roles
+    /// Sentinel gave) or the abort, within its deadline, else within
+    /// `command_timeout` of its own; past that it fails, never sent.
+    fn wait_for_failover(&self, x: &mut Execution) -> Result<()> {
+        let deadline = x
+            .deadline
+            .or_else(|| Instant::now().checked_add(x.timeout?));
+        match self.hold.wait(deadline) {
+            Waited::Free => Ok(()),
+            Waited::Lifted(held) => {
+                if self.config.debug {
+                    let text = format!("held {} ms for a Sentinel failover", held.as_millis());
+                    x.note(Note::Debug(&text));
+                }
+                Ok(())
+            }
+            Waited::Expired { master, held } => {
+                self.stats.inc(Counter::CommandsFailed);
+                Err(Error::FailoverHeld {
+                    master: master.to_string(),
+                    held_ms: held.as_millis(),
+                })
             }
         }
     }

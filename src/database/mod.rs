@@ -63,14 +63,18 @@ pub struct Database {
     cluster: Option<Cluster>,
     /// The command model its servers gave (`src/commands/`).
     commands: Commands,
+    /// Sentinel fails over one of its masters: master commands wait.
+    hold: FailoverHold,
 }
 
 mod cluster;
 mod discovery;
 mod execute;
+mod hold;
 mod lease;
 
 use discovery::Cluster;
+pub(crate) use hold::FailoverHold;
 
 pub use lease::TaskConnection;
 
@@ -115,6 +119,7 @@ impl Database {
             preference,
             servers: Servers::default(),
             commands: Commands::default(),
+            hold: FailoverHold::default(),
         };
         if let Some(location) = db.config.location.clone() {
             db.add_server(&location, db.config.role, note)?;
@@ -276,6 +281,12 @@ impl Database {
             policy,
             Arc::new(connections),
         )
+    }
+
+    /// The failover hold of its master commands (started and lifted by
+    /// the Sentinel thread).
+    pub(crate) fn failover_hold(&self) -> &FailoverHold {
+        &self.hold
     }
 
     /// The servers as they are now.
