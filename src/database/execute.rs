@@ -222,7 +222,27 @@ impl Database {
             match outcome {
                 Ok(Outcome::Reply(reply, lease)) => {
                     match ServerError::of_reply(&reply).map(ServerError::retry) {
-                        Some(Retry::RolesChanged) => self.roles_changed(server, x),
+                        Some(Retry::RolesChanged) => {
+                            self.roles_changed(server, x);
+                            if master_only && self.not_run_on_a_replica(x, &reply) {
+                                // A demoted master refused the write (its
+                                // `FAILOVER` swap, say): not run, so sent
+                                // to the master found next, without using
+                                // a retry, as a `ROLE` answer would be.
+                                drop(lease);
+                                self.stats.inc(Counter::CommandsTotal);
+                                self.stats.inc(Counter::CommandsRetried);
+                                if self.config.debug {
+                                    let text = format!(
+                                        "{} replied READONLY; sending to the master found next",
+                                        server.location(),
+                                    );
+                                    x.note(Note::Debug(&text));
+                                }
+                                not_masters.push(index);
+                                continue;
+                            }
+                        }
                         Some(Retry::Again)
                             if failed < x.retries && !self.may_have_run(x, &reply) =>
                         {
@@ -299,6 +319,13 @@ impl Database {
                 })
             }
         }
+    }
+
+    /// A `READONLY` reply: the server is a replica, which ran nothing.
+    /// Not for a script, whose own `redis.error_reply('READONLY ...')`
+    /// may come after writes (as for `LOADING`, [`Self::may_have_run`]).
+    fn not_run_on_a_replica(&self, x: &Execution, reply: &Reply) -> bool {
+        ServerError::of_reply(reply) == Some(ServerError::ReadOnly) && !x.found.runs_script()
     }
 
     /// A `LOADING` reply to a script or function may be the script's own
