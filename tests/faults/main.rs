@@ -118,6 +118,7 @@ mod cluster;
 mod cluster_failover;
 mod cluster_resharding;
 mod cluster_trial;
+mod failover_writes;
 mod freeze;
 mod http;
 mod kill_restart;
@@ -144,6 +145,7 @@ mod vcl_churn;
 use cluster_failover::*;
 use cluster_resharding::*;
 use cluster_trial::*;
+use failover_writes::*;
 use freeze::*;
 use http::*;
 use kill_restart::*;
@@ -218,6 +220,14 @@ fn main() {
             format!("s8.sentinel-failover.{}", mode.name()),
             move || s8_sentinel_failover(mode),
         ));
+    }
+    for failover in [Failover::Sentinel, Failover::Command, Failover::Kill] {
+        for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+            trials.push(Trial::test(
+                format!("s11.failover-writes.{}.{}", failover.name(), mode.name()),
+                move || s11_failover_writes(failover, mode),
+            ));
+        }
     }
     for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
