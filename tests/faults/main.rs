@@ -133,6 +133,7 @@ mod redis;
 #[path = "../support/sentinel.rs"]
 mod sentinel;
 mod sentinel_failover;
+mod sentinel_masters;
 mod servers;
 mod setup;
 mod soak;
@@ -155,6 +156,7 @@ use pool_exhaustion::*;
 use procs::*;
 use redis::*;
 use sentinel_failover::*;
+use sentinel_masters::*;
 use servers::*;
 use setup::*;
 use soak::*;
@@ -229,6 +231,9 @@ fn main() {
             ));
         }
     }
+    trials.push(Trial::test("s12.sentinel-masters-by-name.shared", || {
+        s12_sentinel_masters(Mode::Shared)
+    }));
     for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
             format!("s9.cluster-failover.{}", mode.name()),
