@@ -57,6 +57,27 @@
 //!   to the new master, no leak (sockets to all three servers against
 //!   their clients other than Sentinels and replication links), counters
 //!   reconcile, and the lone client's write is on the new master.
+//! * `s11.failover-writes.{sentinel,command,kill}.{private,shared,pipelined}`:
+//!   a master, replicas (`REPLICAOF`; two, one for `command`), three
+//!   Sentinels (not for `command`), every server `type = auto`; 8 clients
+//!   of `INCR fault:acked` with `execute(master = true)`,
+//!   `command_timeout` 2000 ms; at 1.5 s `SENTINEL FAILOVER` to the
+//!   Sentinel the VCL's thread listens to (`sentinel`), Redis's own
+//!   `FAILOVER` (`command`) or SIGKILL of the master (`kill`); the load
+//!   stopped 2 s after the new master is named: the new master's counter
+//!   is the number of acknowledged writes (0 lost) for `sentinel` and
+//!   `command`, every write replied for `sentinel`; every request within
+//!   `command_bound`, counters reconcile (a `READONLY` resent counted as
+//!   a reply and a retry), no leak. Says the held window (the leader's
+//!   log and the held requests), the leader, and for `kill` the
+//!   replication gap sampled before the kill and when writes came back
+//!   against the first `+switch-master`.
+//! * `s12.sentinel-masters-by-name.shared`: two masters with a replica
+//!   each, everything announced as `localhost`, three Sentinels
+//!   monitoring both by name, two databases named by `localhost`; 8
+//!   clients writing to both, `SENTINEL FAILOVER` of each in turn: 0
+//!   lost and every write replied in both, the database not failed over
+//!   never held (worst write 300 ms at most during the other's failover).
 //! * `s9.cluster-failover.{private,shared,pipelined}`: a Redis Cluster of 3 masters
 //!   x 1 replica (`tests/support/cluster.rs`, `cluster-node-timeout`
 //!   1000 ms), the database `type = cluster` seeded with m0, both timeouts
