@@ -18,6 +18,10 @@ pub enum Error {
     Io { server: String, source: Failure },
     #[error("timeout after {timeout_ms} ms waiting for {server}")]
     Timeout { server: String, timeout_ms: u128 },
+    #[error(
+        "timeout after {held_ms} ms held, not sent: Sentinel is failing over the master {master}"
+    )]
+    FailoverHeld { master: String, held_ms: u128 },
     #[error("no {role} server available")]
     NoServer { role: &'static str },
     #[error("command of {size} bytes is larger than the {limit} bytes limit")]

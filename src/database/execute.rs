@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::hold::Waited;
 use super::lease::{Lease, Pinned, TaskConnection};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
@@ -220,6 +221,9 @@ impl Database {
 
     /// Along the execution plan of the (standalone) servers.
     fn execute_standalone(&self, x: &mut Execution) -> Result<Reply> {
+        if x.master && self.hold.is_on() {
+            self.wait_for_failover(x)?;
+        }
         let master_only = x.master || self.config.ignore_slaves;
         let topology = self.topology();
         // For debug lines only (no allocation otherwise).
@@ -297,7 +301,33 @@ impl Database {
             match outcome {
                 Ok(Outcome::Reply(reply, lease)) => {
                     match ServerError::of_reply(&reply).map(ServerError::retry) {
-                        Some(Retry::RolesChanged) => self.roles_changed(server, x),
+                        Some(Retry::RolesChanged) => {
+                            self.roles_changed(server, x);
+                            if master_only
+                                && failed < x.retries
+                                && self.not_run_on_a_replica(x, &reply)
+                            {
+                                // A demoted master refused the write (its
+                                // `FAILOVER` swap, say): not run, so sent
+                                // to the master found next, within the
+                                // retry count as `LOADING` (without
+                                // retries, the error is the reply, as in
+                                // the C VMOD).
+                                drop(lease);
+                                failed += 1;
+                                self.stats.inc(Counter::CommandsTotal);
+                                self.stats.inc(Counter::CommandsRetried);
+                                if self.config.debug {
+                                    let text = format!(
+                                        "{} replied READONLY; sending to the master found next",
+                                        server.location(),
+                                    );
+                                    x.note(Note::Debug(&text));
+                                }
+                                not_masters.push(index);
+                                continue;
+                            }
+                        }
                         Some(Retry::Again)
                             if failed < x.retries && !self.may_have_run(x, &reply) =>
                         {
@@ -347,6 +377,40 @@ impl Database {
                 }
             }
         }
+    }
+
+    /// Sentinel is failing over a master of this database: the command
+    /// waits for the promotion (then goes to the new master, on the roles
+    /// Sentinel gave) or the abort, within its deadline, else within
+    /// `command_timeout` of its own; past that it fails, never sent.
+    fn wait_for_failover(&self, x: &mut Execution) -> Result<()> {
+        let deadline = x
+            .deadline
+            .or_else(|| Instant::now().checked_add(x.timeout?));
+        match self.hold.wait(deadline) {
+            Waited::Free => Ok(()),
+            Waited::Lifted(held) => {
+                if self.config.debug {
+                    let text = format!("held {} ms for a Sentinel failover", held.as_millis());
+                    x.note(Note::Debug(&text));
+                }
+                Ok(())
+            }
+            Waited::Expired { master, held } => {
+                self.stats.inc(Counter::CommandsFailed);
+                Err(Error::FailoverHeld {
+                    master: master.to_string(),
+                    held_ms: held.as_millis(),
+                })
+            }
+        }
+    }
+
+    /// A `READONLY` reply: the server is a replica, which ran nothing.
+    /// Not for a script, whose own `redis.error_reply('READONLY ...')`
+    /// may come after writes (as for `LOADING`, [`Self::may_have_run`]).
+    fn not_run_on_a_replica(&self, x: &Execution, reply: &Reply) -> bool {
+        ServerError::of_reply(reply) == Some(ServerError::ReadOnly) && !x.found.runs_script()
     }
 
     /// A `LOADING` reply to a script or function may be the script's own

@@ -66,14 +66,18 @@ pub struct Database {
     commands: Commands,
     /// [ext] `near_cache` > 0 (`src/near_cache/`).
     near_cache: Option<Arc<NearCache>>,
+    /// Sentinel fails over one of its masters: master commands wait.
+    hold: FailoverHold,
 }
 
 mod cluster;
 mod discovery;
 mod execute;
+mod hold;
 mod lease;
 
 use discovery::Cluster;
+pub(crate) use hold::FailoverHold;
 
 pub use lease::TaskConnection;
 
@@ -127,6 +131,7 @@ impl Database {
             servers: Servers::default(),
             commands: Commands::default(),
             near_cache,
+            hold: FailoverHold::default(),
         };
         if let Some(location) = db.config.location.clone() {
             db.add_server(&location, db.config.role, note)?;
@@ -297,6 +302,12 @@ impl Database {
             policy,
             Arc::new(connections),
         )
+    }
+
+    /// The failover hold of its master commands (started and lifted by
+    /// the Sentinel thread).
+    pub(crate) fn failover_hold(&self) -> &FailoverHold {
+        &self.hold
     }
 
     /// The servers as they are now.

@@ -1,8 +1,9 @@
 //! What Sentinel's news changes in the databases of a VCL: the role and
 //! health of the servers whose location is the address Sentinel gives,
 //! and, with `discover=true`, which replicas a database holds.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::event::{Down, Event, Reported};
 use crate::config::{Location, Role};
@@ -24,7 +25,19 @@ pub(crate) struct Knowledge {
     /// servers that discovery added: only these are ever removed.
     discovered: Vec<HashSet<Location>>,
     discover: bool,
+    /// Each master's `failover-timeout`, by name, from the last refresh:
+    /// how long a hold may last.
+    failover_timeouts: HashMap<String, Duration>,
+    /// The databases this thread started a hold on: lifted when it stops.
+    holding: Vec<Arc<Database>>,
 }
+
+/// The longest a hold lasts without news from Sentinel when its master's
+/// `failover-timeout` is longer or unknown (Sentinel's default is 3
+/// minutes): a command without timeouts waits this long at most.
+const MAX_HOLD: Duration = Duration::from_secs(10);
+/// Past the `failover-timeout`, time for Sentinel's abort to arrive.
+const HOLD_MARGIN: Duration = Duration::from_secs(1);
 
 /// Calls `change` on every server of `dbs` at `addr`.
 fn each_server(
@@ -47,7 +60,55 @@ impl Knowledge {
             odown: HashSet::new(),
             discovered: vec![HashSet::new(); databases],
             discover,
+            failover_timeouts: HashMap::new(),
+            holding: Vec::new(),
         }
+    }
+
+    /// Holds the master commands of every database with a server at
+    /// `master`, until its promotion or abort, at most the failover
+    /// timeout (plus a margin) or [`MAX_HOLD`].
+    fn hold(
+        &mut self,
+        dbs: &[Arc<Database>],
+        name: &str,
+        master: &Location,
+        log: &mut Vec<String>,
+    ) {
+        let bound = self
+            .failover_timeouts
+            .get(name)
+            .map_or(MAX_HOLD, |timeout| (*timeout + HOLD_MARGIN).min(MAX_HOLD));
+        let until = Instant::now() + bound;
+        for db in dbs {
+            if db.topology().by_location(master).is_none() {
+                continue;
+            }
+            if db.failover_hold().start(master, until) {
+                log.push(format!(
+                    "db {}: master commands held: Sentinel fails over {master} (at most {} ms)",
+                    db.name(),
+                    bound.as_millis()
+                ));
+            }
+            if !self.holding.iter().any(|held| Arc::ptr_eq(held, db)) {
+                self.holding.push(db.clone());
+            }
+        }
+    }
+
+    /// Lifts the holds on `master`: the held commands go where the roles
+    /// now say (set before this).
+    fn lift(&mut self, master: &Location, to: &str, log: &mut Vec<String>) {
+        for db in &self.holding {
+            if db.failover_hold().lift(master) {
+                log.push(format!(
+                    "db {}: held master commands released to {to}",
+                    db.name()
+                ));
+            }
+        }
+        self.holding.retain(|db| db.failover_hold().is_on());
     }
 
     fn is_down(&self, addr: &Location) -> bool {
@@ -109,7 +170,15 @@ impl Knowledge {
                 }
                 Self::apply_role(dbs, old, Role::Slave, &mut log);
                 Self::apply_role(dbs, new, Role::Master, &mut log);
+                // Sentinel saw the replica answer as a master: the held
+                // commands go to it, on the roles just set.
+                self.lift(old, &new.to_string(), &mut log);
             }
+            Event::FailoverStarted { name, master } => self.hold(dbs, name, master, &mut log),
+            Event::FailoverAborted { master, .. } => {
+                self.lift(master, &format!("{master} (failover aborted)"), &mut log);
+            }
+            Event::RoleReported { addr, role } => Self::apply_role(dbs, addr, *role, &mut log),
         }
         log
     }
@@ -118,6 +187,12 @@ impl Knowledge {
     /// each master. Returns what changed, for the log.
     pub(crate) fn on_refresh(&mut self, masters: &[Master], dbs: &[Arc<Database>]) -> Vec<String> {
         let mut log = Vec::new();
+        for m in masters {
+            if let Some(timeout) = m.master.failover_timeout {
+                self.failover_timeouts
+                    .insert(m.master.name.clone(), timeout);
+            }
+        }
         if self.discover {
             self.discover_replicas(masters, dbs, &mut log);
         }
@@ -223,6 +298,15 @@ impl Knowledge {
     }
 }
 
+impl Drop for Knowledge {
+    /// The thread stops (VCL cold, or a bug): no hold outlives it.
+    fn drop(&mut self) {
+        for db in &self.holding {
+            db.failover_hold().lift_any();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +345,7 @@ mod tests {
             addr: at(addr),
             sdown,
             odown: false,
+            failover_timeout: None,
         }
     }
 
@@ -342,6 +427,159 @@ mod tests {
         );
         assert_eq!(new.cli(&["DBSIZE"]).trim(), "40");
         assert_eq!(state(&dbs[0], &old_addr), Some((Role::Slave, false)));
+    }
+
+    fn run(
+        db: &Database,
+        args: &[&str],
+        master: bool,
+    ) -> crate::error::Result<crate::protocol::Reply> {
+        let mut command = crate::protocol::Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        db.execute(
+            &mut command,
+            master,
+            &mut crate::database::TaskConnection::default(),
+            &mut |_| {},
+        )
+    }
+
+    /// From the first failover step to the promotion, master commands
+    /// wait (reads go on), then go to the promoted replica: none reaches
+    /// the old master.
+    #[test]
+    fn writes_held_from_the_failover_start_go_to_the_promoted_replica() {
+        use crate::testing::RedisProcess;
+        let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+        let (old_addr, new_addr) = (old.location(), new.location());
+        let dbs = [
+            db("a", &[(&old_addr, Role::Master), (&new_addr, Role::Slave)]),
+            db("other", &[(&new_addr, Role::Master)]),
+        ];
+        let mut knowledge = Knowledge::new(2, false);
+        let log = knowledge.on_event(
+            &Event::FailoverStarted {
+                name: "main".into(),
+                master: at(&old_addr),
+            },
+            &dbs,
+        );
+        assert!(dbs[0].failover_hold().is_on());
+        // Not a database of that master.
+        assert!(!dbs[1].failover_hold().is_on());
+        assert_eq!(log.len(), 1, "{log:?}");
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..4)
+                .map(|i| {
+                    let db = &dbs[0];
+                    scope.spawn(move || {
+                        let start = Instant::now();
+                        run(db, &["SET", &format!("k{i}"), "v"], true).expect("write");
+                        start.elapsed()
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            // Reads went on meanwhile.
+            run(&dbs[0], &["GET", "k"], false).expect("read");
+            assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+            let log = knowledge.on_event(
+                &Event::SwitchMaster {
+                    name: "main".into(),
+                    old: at(&old_addr),
+                    new: at(&new_addr),
+                },
+                &dbs,
+            );
+            assert!(log.iter().any(|line| line.contains("released")), "{log:?}");
+            for writer in writers {
+                let held = writer.join().unwrap();
+                assert!(held >= std::time::Duration::from_millis(150), "{held:?}");
+            }
+        });
+        assert_eq!(
+            old.cli(&["DBSIZE"]).trim(),
+            "0",
+            "a write reached the old master"
+        );
+        assert_eq!(new.cli(&["DBSIZE"]).trim(), "4");
+        assert!(!dbs[0].failover_hold().is_on());
+    }
+
+    /// An abort sends the held commands to the old master; a command
+    /// whose deadline passes while held fails, not sent; the hold ends
+    /// with the thread.
+    #[test]
+    fn aborts_deadlines_and_a_stopped_thread_end_the_hold() {
+        use crate::testing::RedisProcess;
+        let old = RedisProcess::start(&[]);
+        let old_addr = old.location();
+        // The deadline: (100 + 100) ms.
+        let config = DbConfig::from_args(&DbArgs {
+            connection_timeout: 100,
+            command_timeout: 100,
+            ..DbArgs::default()
+        })
+        .unwrap();
+        let timed = Database::new("timed", config).unwrap();
+        timed
+            .add_server(&at(&old_addr), Role::Master, &mut |_| {})
+            .unwrap();
+        let dbs = [Arc::new(timed)];
+        let mut knowledge = Knowledge::new(1, false);
+        let started = Event::FailoverStarted {
+            name: "main".into(),
+            master: at(&old_addr),
+        };
+        knowledge.on_event(&started, &dbs);
+        let start = Instant::now();
+        let err = run(&dbs[0], &["SET", "late", "v"], true).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::FailoverHeld { .. }),
+            "{err}"
+        );
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= std::time::Duration::from_millis(200),
+            "{elapsed:?}"
+        );
+        assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
+        assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+        assert_eq!(dbs[0].stats().get(crate::stats::Counter::CommandsFailed), 1);
+        assert_eq!(dbs[0].stats().get(crate::stats::Counter::CommandsTotal), 0);
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| run(&dbs[0], &["SET", "kept", "v"], true));
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            knowledge.on_event(
+                &Event::FailoverAborted {
+                    name: "main".into(),
+                    master: at(&old_addr),
+                },
+                &dbs,
+            );
+            writer.join().unwrap().expect("released to the old master");
+        });
+        assert_eq!(old.cli(&["DBSIZE"]).trim(), "1");
+        knowledge.on_event(&started, &dbs);
+        assert!(dbs[0].failover_hold().is_on());
+        drop(knowledge);
+        assert!(!dbs[0].failover_hold().is_on());
+    }
+
+    #[test]
+    fn a_role_change_sets_the_role() {
+        let dbs = [db("a", &[(M, Role::Master)])];
+        let mut knowledge = Knowledge::new(1, false);
+        knowledge.on_event(
+            &Event::RoleReported {
+                addr: at(M),
+                role: Role::Slave,
+            },
+            &dbs,
+        );
+        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
     }
 
     #[test]

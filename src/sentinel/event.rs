@@ -2,7 +2,9 @@
 //! `SENTINEL masters` / `SENTINEL replicas <name>`. Addresses come out as
 //! [`Location`]s, normalised as the VCL's are, so they compare with the
 //! locations the VCL registered.
-use crate::config::Location;
+use std::time::Duration;
+
+use crate::config::{Location, Role};
 use crate::protocol::Reply;
 
 /// Subjective (`sdown`: this Sentinel) or objective (`odown`: a quorum).
@@ -27,7 +29,35 @@ pub(crate) enum Event {
         old: Location,
         new: Location,
     },
+    /// The Sentinel leading a failover of `master` chose to go on with it
+    /// (see [`FAILOVER_STARTED`]): its master commands are held.
+    FailoverStarted { name: String, master: Location },
+    /// `-failover-abort-*`: the old master stays. (The end of a failover
+    /// needs no event of its own: `+switch-master` follows
+    /// `+failover-end` one tick later, and names the new master.)
+    FailoverAborted { name: String, master: Location },
+    /// `+role-change`: a server reports the role Sentinel has for it.
+    /// (`-role-change`, a role Sentinel does not agree with and will
+    /// correct, is left out.)
+    RoleReported { addr: Location, role: Role },
 }
+
+/// The events that start a hold, in the order the leading Sentinel sends
+/// them, one timer tick (about 100 ms) apart; `SLAVEOF NO ONE` goes to the
+/// replica a tick after `+failover-state-send-slaveof-noone`. The first
+/// is the trigger: it comes once the Sentinel leads (elected, or
+/// `SENTINEL FAILOVER`), so the failover goes on unless aborted, and one
+/// or two ticks before the promotion, time for the writes already sent to
+/// the old master to reach the replica. `+try-failover` would come
+/// earlier but also from Sentinels that then lose the election (holding
+/// up to the election timeout for nothing). The later ones start the hold
+/// if the first was missed (a thread that just connected).
+pub(crate) const FAILOVER_STARTED: [&str; 4] = [
+    "+failover-state-select-slave",
+    "+selected-slave",
+    "+failover-state-send-slaveof-noone",
+    "+failover-state-wait-promotion",
+];
 
 /// The patterns the thread subscribes to: the C VMOD's, and
 /// `+promoted-slave`, which Sentinel publishes as soon as the replica it
@@ -35,14 +65,24 @@ pub(crate) enum Event {
 /// the failover (the other replicas reconfigured, or `failover-timeout`):
 /// writes sent in between would go to the old master and be lost when it
 /// is turned into a replica.
+///
+/// Then the failover's own steps, which hold master commands from the
+/// choice of a replica to its promotion ([`FAILOVER_STARTED`], the
+/// aborts), and `+role-change`.
 #[cfg(not(test))] // As the thread (monitor.rs): left out of unit tests.
-pub(crate) const PATTERNS: [&str; 6] = [
+pub(crate) const PATTERNS: [&str; 12] = [
     "+sdown",
     "-sdown",
     "+odown",
     "-odown",
     "+switch-master",
     "+promoted-slave",
+    FAILOVER_STARTED[0],
+    FAILOVER_STARTED[1],
+    FAILOVER_STARTED[2],
+    FAILOVER_STARTED[3],
+    "-failover-abort-*",
+    "+role-change",
 ];
 
 /// `ip` and `port` as a location, or None when they are not an address
@@ -76,12 +116,48 @@ pub(crate) fn pmessage(reply: &Reply) -> Option<(&str, &str)> {
     Some((text(channel)?, text(payload)?))
 }
 
+/// The master an event is about: `master <name> <ip> <port> ...`, or
+/// `slave <ip:port> <ip> <port> @ <name> <ip> <port> ...` (a replica of it).
+fn master_of(words: &[&str]) -> Option<(String, Location)> {
+    match words {
+        ["master", name, ip, port, ..] => Some((name.to_string(), address(ip, port)?)),
+        ["slave" | "replica", _, _, _, "@", name, ip, port, ..] => {
+            Some((name.to_string(), address(ip, port)?))
+        }
+        _ => None,
+    }
+}
+
 /// A `pmessage` as an [`Event`]; None for anything else (see
 /// [`pmessage`]), and for events about Sentinels themselves.
 pub(crate) fn parse_message(reply: &Reply) -> Option<Event> {
     let (channel, payload) = pmessage(reply)?;
     let words: Vec<&str> = payload.split_whitespace().collect();
+    if FAILOVER_STARTED.contains(&channel) {
+        let (name, master) = master_of(&words)?;
+        return Some(Event::FailoverStarted { name, master });
+    }
+    if channel.starts_with("-failover-abort-") {
+        let (name, master) = master_of(&words)?;
+        return Some(Event::FailoverAborted { name, master });
+    }
     match channel {
+        // `<type> <name> <ip> <port> [@ <master> <ip> <port>] new reported
+        // role is <role>`
+        "+role-change" => {
+            let ["master" | "slave" | "replica", _, ip, port, ..] = words.as_slice() else {
+                return None;
+            };
+            let role = match words.as_slice() {
+                [.., "new", "reported", "role", "is", "master"] => Role::Master,
+                [.., "new", "reported", "role", "is", "slave" | "replica"] => Role::Slave,
+                _ => return None,
+            };
+            Some(Event::RoleReported {
+                addr: address(ip, port)?,
+                role,
+            })
+        }
         "+switch-master" => match words.as_slice() {
             [name, old_ip, old_port, new_ip, new_port] => Some(Event::SwitchMaster {
                 name: name.to_string(),
@@ -129,6 +205,9 @@ pub(crate) struct Reported {
     pub addr: Location,
     pub sdown: bool,
     pub odown: bool,
+    /// Its `failover-timeout` (masters only): how long Sentinel gives a
+    /// promotion before it aborts.
+    pub failover_timeout: Option<Duration>,
 }
 
 /// The instances of a `SENTINEL masters` / `SENTINEL replicas` answer: an
@@ -162,6 +241,9 @@ pub(crate) fn parse_instances(reply: &Reply) -> Option<Vec<Reported>> {
             addr,
             sdown: flags.contains(&"s_down"),
             odown: flags.contains(&"o_down"),
+            failover_timeout: field("failover-timeout")
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis),
         });
     }
     Some(out)
@@ -299,6 +381,116 @@ mod tests {
         );
     }
 
+    /// Payloads as Redis 7.0's sentinel.c formats them (`%@`: the
+    /// instance, then its master for a replica).
+    #[test]
+    fn failover_steps_name_the_master_failed_over() {
+        let started = |master: &str| {
+            Some(Event::FailoverStarted {
+                name: "main".into(),
+                master: at(master),
+            })
+        };
+        assert_eq!(
+            parse_message(&pmessage(
+                "+failover-state-select-slave",
+                "master main 127.0.0.1 6379"
+            )),
+            started("127.0.0.1:6379")
+        );
+        for channel in [
+            "+selected-slave",
+            "+failover-state-send-slaveof-noone",
+            "+failover-state-wait-promotion",
+        ] {
+            assert_eq!(
+                parse_message(&pmessage(
+                    channel,
+                    "slave 127.0.0.1:6380 127.0.0.1 6380 @ main 127.0.0.1 6379"
+                )),
+                started("127.0.0.1:6379"),
+                "{channel}"
+            );
+        }
+        // Names (announce-hostnames), normalised as the VCL's are.
+        assert_eq!(
+            parse_message(&pmessage(
+                "+selected-slave",
+                "slave LocalHost:6380 LocalHost 6380 @ main LocalHost 6379"
+            )),
+            started("localhost:6379")
+        );
+        for channel in [
+            "-failover-abort-no-good-slave",
+            "-failover-abort-slave-timeout",
+            "-failover-abort-not-elected",
+        ] {
+            assert_eq!(
+                parse_message(&pmessage(channel, "master main 127.0.0.1 6379")),
+                Some(Event::FailoverAborted {
+                    name: "main".into(),
+                    master: at("127.0.0.1:6379"),
+                }),
+                "{channel}"
+            );
+        }
+        // The end is followed by +switch-master, which lifts the hold.
+        assert_eq!(
+            parse_message(&pmessage("+failover-end", "master main 127.0.0.1 6379")),
+            None
+        );
+        assert_eq!(
+            parse_message(&pmessage("+failover-state-select-slave", "master main")),
+            None
+        );
+        assert_eq!(
+            parse_message(&pmessage(
+                "+selected-slave",
+                "slave 127.0.0.1:6380 127.0.0.1 6380"
+            )),
+            None
+        );
+    }
+
+    #[test]
+    fn role_changes_reported() {
+        assert_eq!(
+            parse_message(&pmessage(
+                "+role-change",
+                "slave 127.0.0.1:6379 127.0.0.1 6379 @ main 127.0.0.1 6380 new reported role is slave"
+            )),
+            Some(Event::RoleReported {
+                addr: at("127.0.0.1:6379"),
+                role: Role::Slave
+            })
+        );
+        assert_eq!(
+            parse_message(&pmessage(
+                "+role-change",
+                "master main localhost 6380 new reported role is master"
+            )),
+            Some(Event::RoleReported {
+                addr: at("localhost:6380"),
+                role: Role::Master
+            })
+        );
+        // Sentinel disagrees and will correct it: not followed.
+        assert_eq!(
+            parse_message(&pmessage(
+                "-role-change",
+                "slave 127.0.0.1:6379 127.0.0.1 6379 @ main 127.0.0.1 6380 new reported role is master"
+            )),
+            None
+        );
+        assert_eq!(
+            parse_message(&pmessage(
+                "+role-change",
+                "slave 127.0.0.1:6379 127.0.0.1 6379 @ main 127.0.0.1 6380 new reported role is sentinel"
+            )),
+            None
+        );
+    }
+
     #[test]
     fn other_messages_are_ignored() {
         let ack = Reply::Array(vec![s("psubscribe"), s("+sdown"), Reply::Integer(1)]);
@@ -327,6 +519,8 @@ mod tests {
                 s("x"),
                 s("flags"),
                 s(flags),
+                s("failover-timeout"),
+                s("2000"),
             ])
         };
         let reply = Reply::Array(vec![
@@ -342,13 +536,15 @@ mod tests {
                     name: "main".into(),
                     addr: at("127.0.0.1:6379"),
                     sdown: false,
-                    odown: false
+                    odown: false,
+                    failover_timeout: Some(Duration::from_secs(2))
                 },
                 Reported {
                     name: "other".into(),
                     addr: at("127.0.0.1:6390"),
                     sdown: true,
-                    odown: true
+                    odown: true,
+                    failover_timeout: Some(Duration::from_secs(2))
                 },
             ])
         );

@@ -57,6 +57,27 @@
 //!   to the new master, no leak (sockets to all three servers against
 //!   their clients other than Sentinels and replication links), counters
 //!   reconcile, and the lone client's write is on the new master.
+//! * `s11.failover-writes.{sentinel,command,kill}.{private,shared,pipelined}`:
+//!   a master, replicas (`REPLICAOF`; two, one for `command`), three
+//!   Sentinels (not for `command`), every server `type = auto`; 8 clients
+//!   of `INCR fault:acked` with `execute(master = true)`,
+//!   `command_timeout` 2000 ms; at 1.5 s `SENTINEL FAILOVER` to the
+//!   Sentinel the VCL's thread listens to (`sentinel`), Redis's own
+//!   `FAILOVER` (`command`) or SIGKILL of the master (`kill`); the load
+//!   stopped 2 s after the new master is named: the new master's counter
+//!   is the number of acknowledged writes (0 lost) for `sentinel` and
+//!   `command`, every write replied for `sentinel`; every request within
+//!   `command_bound`, counters reconcile (a `READONLY` resent counted as
+//!   a reply and a retry), no leak. Says the held window (the leader's
+//!   log and the held requests), the leader, and for `kill` the
+//!   replication gap sampled before the kill and when writes came back
+//!   against the first `+switch-master`.
+//! * `s12.sentinel-masters-by-name.shared`: two masters with a replica
+//!   each, everything announced as `localhost`, three Sentinels
+//!   monitoring both by name, two databases named by `localhost`; 8
+//!   clients writing to both, `SENTINEL FAILOVER` of each in turn: 0
+//!   lost and every write replied in both, the database not failed over
+//!   never held (worst write 300 ms at most during the other's failover).
 //! * `s9.cluster-failover.{private,shared,pipelined}`: a Redis Cluster of 3 masters
 //!   x 1 replica (`tests/support/cluster.rs`, `cluster-node-timeout`
 //!   1000 ms), the database `type = cluster` seeded with m0, both timeouts
@@ -118,6 +139,7 @@ mod cluster;
 mod cluster_failover;
 mod cluster_resharding;
 mod cluster_trial;
+mod failover_writes;
 mod freeze;
 mod http;
 mod kill_restart;
@@ -132,6 +154,7 @@ mod redis;
 #[path = "../support/sentinel.rs"]
 mod sentinel;
 mod sentinel_failover;
+mod sentinel_masters;
 mod servers;
 mod setup;
 mod soak;
@@ -144,6 +167,7 @@ mod vcl_churn;
 use cluster_failover::*;
 use cluster_resharding::*;
 use cluster_trial::*;
+use failover_writes::*;
 use freeze::*;
 use http::*;
 use kill_restart::*;
@@ -153,6 +177,7 @@ use pool_exhaustion::*;
 use procs::*;
 use redis::*;
 use sentinel_failover::*;
+use sentinel_masters::*;
 use servers::*;
 use setup::*;
 use soak::*;
@@ -219,6 +244,17 @@ fn main() {
             move || s8_sentinel_failover(mode),
         ));
     }
+    for failover in [Failover::Sentinel, Failover::Command, Failover::Kill] {
+        for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+            trials.push(Trial::test(
+                format!("s11.failover-writes.{}.{}", failover.name(), mode.name()),
+                move || s11_failover_writes(failover, mode),
+            ));
+        }
+    }
+    trials.push(Trial::test("s12.sentinel-masters-by-name.shared", || {
+        s12_sentinel_masters(Mode::Shared)
+    }));
     for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
             format!("s9.cluster-failover.{}", mode.name()),

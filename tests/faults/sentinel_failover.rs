@@ -10,7 +10,7 @@ const RECOVER_WITHIN: f64 = 3.0;
 const FAILOVER_BOUND: f64 = 8.0;
 
 /// The Sentinels of the trial, stopped by PID on drop.
-struct Sentinels(Vec<(sentinel::Started, u16)>);
+pub(crate) struct Sentinels(pub(crate) Vec<(sentinel::Started, u16)>);
 
 impl Drop for Sentinels {
     fn drop(&mut self) {
@@ -21,12 +21,12 @@ impl Drop for Sentinels {
 }
 
 impl Sentinels {
-    fn ports(&self) -> Vec<u16> {
+    pub(crate) fn ports(&self) -> Vec<u16> {
         self.0.iter().map(|(_, p)| *p).collect()
     }
 
     /// The master port every Sentinel names, if they agree.
-    fn master_port(&self) -> Option<u16> {
+    pub(crate) fn master_port(&self) -> Option<u16> {
         let mut agreed = None;
         for port in self.ports() {
             // `INFO sentinel`: `master0:name=m,status=ok,address=IP:PORT,...`

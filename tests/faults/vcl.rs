@@ -135,6 +135,10 @@ sub vcl_synth {
             "        if (req.url ~ \"^/{n}/slow/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"{SLOW_SCRIPT}\"}});\n            {n}.push(\"0\");\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
+            // The failover trials count the acknowledged writes.
+            "        if (req.url ~ \"^/{n}/incr/\") {{\n            {n}.command(\"INCR\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
             "        if (req.url ~ \"^/{n}/(eval|mix)/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"return redis.call('INCR', KEYS[1])\"}});\n            {n}.push(\"1\");\n            {n}.push(req.http.x-key + \":n\");\n            {n}.execute();\n{record}        }}\n    }}\n"
         ));
     }

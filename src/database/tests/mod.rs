@@ -735,3 +735,68 @@ fn queued() -> Reply {
 mod deadlines;
 mod learning;
 mod state;
+
+/// A master swapped with its replica (as `FAILOVER` does) refuses the
+/// next write with `READONLY`: not run, it goes to the new master within
+/// the retry count, in private, shared and pipelined modes; without
+/// retries the error is the reply, as in the C VMOD; a script's
+/// `READONLY` is the reply (it may have come after writes).
+#[test]
+fn a_write_refused_by_a_demoted_master_goes_to_the_new_one() {
+    {
+        let (a_port, b_port) = (crate::testing::free_port(), crate::testing::free_port());
+        let a = RedisProcess::start(&["--port", &a_port]);
+        let b = RedisProcess::start(&["--port", &b_port, "--replicaof", "127.0.0.1", &a_port]);
+        let db = database(&a, |_| {});
+        db.add_server(&b.location().parse().unwrap(), Role::Auto, &mut |_| {})
+            .unwrap();
+        b.cli(&["REPLICAOF", "NO", "ONE"]);
+        a.cli(&["REPLICAOF", "127.0.0.1", &b_port]);
+        match run(&db, &["INCR", "n"]) {
+            Ok(Reply::Error(text)) => assert!(text.starts_with("READONLY"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(db.stats().get(Counter::CommandsRetried), 0);
+        assert_eq!(b.cli(&["GET", "n"]).trim(), "");
+    }
+    for (shared, pipelining) in [(false, false), (true, false), (true, true)] {
+        let (a_port, b_port) = (crate::testing::free_port(), crate::testing::free_port());
+        let a = RedisProcess::start(&["--port", &a_port]);
+        let b = RedisProcess::start(&["--port", &b_port, "--replicaof", "127.0.0.1", &a_port]);
+        // `a` declared a master: never asked ROLE, so the write reaches it.
+        let db = database(&a, |args| {
+            args.shared_connections = shared;
+            args.pipelining = pipelining;
+            args.max_command_retries = 2;
+        });
+        db.add_server(&b.location().parse().unwrap(), Role::Auto, &mut |_| {})
+            .unwrap();
+        assert_eq!(
+            run(&db, &["SET", "k", "1"]).unwrap(),
+            Reply::Status("OK".into())
+        );
+        // The swap.
+        b.cli(&["REPLICAOF", "NO", "ONE"]);
+        a.cli(&["REPLICAOF", "127.0.0.1", &b_port]);
+        let reply = run(&db, &["INCR", "n"]).unwrap();
+        assert_eq!(
+            reply,
+            Reply::Integer(1),
+            "shared {shared} pipelining {pipelining}"
+        );
+        assert_eq!(b.cli(&["GET", "n"]).trim(), "1");
+        // Once, or twice when the new plan tries the declared master first.
+        let retried = db.stats().get(Counter::CommandsRetried);
+        assert!((1..=2).contains(&retried), "{retried}");
+        // A script is never sent again: a READONLY from the declared
+        // master (now a replica) is its reply.
+        for _ in 0..4 {
+            match run(&db, &["EVAL", "return redis.call('INCR', 'n')", "0"]) {
+                Ok(Reply::Error(text)) => assert!(text.starts_with("READONLY"), "{text}"),
+                Ok(Reply::Integer(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(db.stats().get(Counter::CommandsRetried), retried);
+    }
+}
