@@ -95,7 +95,8 @@
 //!   acknowledged, or a reset begun after it was written) more than
 //!   200 ms before the read began, nor a value never written; the
 //!   staleness windows seen are reported (p50, p99, worst); at least a
-//!   quarter of the reads are near-cache hits.
+//!   quarter of the reads are near-cache hits. On a failure the whole
+//!   history goes to `staleness-history.txt` in the trial's directory.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -123,6 +124,7 @@
 //!   --lib` is run once, as in `tests/vtc/`.
 //! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
+//! * `FAULTS_STALENESS_MS` (default 200): the staleness bound of `s11`.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 
 #[path = "../support/cluster.rs"]

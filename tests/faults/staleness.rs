@@ -14,7 +14,10 @@ use std::sync::Mutex;
 /// A read may return a value overwritten at most this long before it
 /// began: the invalidation delay bound, with room for a busy 2-core
 /// machine (the tracking thread waits its turn among 400 others).
-const STALENESS_BOUND: Duration = Duration::from_millis(200);
+/// `FAULTS_STALENESS_MS` overrides it (default 200).
+fn staleness_bound() -> Duration {
+    Duration::from_millis(env_u64("FAULTS_STALENESS_MS", 200))
+}
 const READERS: usize = 100;
 const WRITERS: usize = 4;
 const KEYS: usize = 40;
@@ -69,6 +72,31 @@ struct History {
     bad_status: usize,
 }
 
+impl History {
+    /// Every event, one a line, in time order: `W key version start end
+    /// acked`, `F start end` (a reset), `R key start end value`.
+    fn dump(&self) -> String {
+        let mut lines: Vec<(u64, String)> = Vec::new();
+        for w in &self.writes {
+            let line = format!(
+                "W {} {} {} {} {}",
+                w.key, w.version, w.start, w.end, w.acked
+            );
+            lines.push((w.start, line));
+        }
+        for r in &self.resets {
+            lines.push((r.start, format!("F {} {}", r.start, r.end)));
+        }
+        for r in &self.reads {
+            let value = r.value.map_or("nil".to_string(), |v| v.to_string());
+            let line = format!("R {} {} {} {value}", r.key, r.start, r.end);
+            lines.push((r.start, line));
+        }
+        lines.sort_by_key(|l| l.0);
+        lines.into_iter().map(|l| l.1 + "\n").collect()
+    }
+}
+
 struct Clock(Instant);
 
 impl Clock {
@@ -82,6 +110,7 @@ fn key_name(key: usize) -> String {
 }
 
 pub(crate) fn s11_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<(), Failed> {
+    checker_self_test()?;
     let mut db = DbSpec::new("db", mode);
     db.near_cache = 16 << 20;
     db.connection_timeout = 200;
@@ -210,11 +239,17 @@ pub(crate) fn s11_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
     for line in verdict.failures.iter().take(10) {
         s.say(format!("stale: {line}"));
     }
+    if !verdict.failures.is_empty() {
+        // For a look afterwards (FAULTS_KEEP=1 keeps it).
+        let path = s.redis.dir.join("staleness-history.txt");
+        let _ = fs::write(&path, history.dump());
+        s.say(format!("history written to {}", path.display()));
+    }
     s.check(verdict.failures.is_empty(), || {
         format!(
             "{} read(s) stale past {} ms or of a value never written (first: {})",
             verdict.failures.len(),
-            STALENESS_BOUND.as_millis(),
+            staleness_bound().as_millis(),
             verdict.failures.first().cloned().unwrap_or_default()
         )
     });
@@ -410,15 +445,29 @@ pub(crate) const NEAR_CACHE_COUNTERS: &[&str] =
 /// Each read against the history.
 struct Verdict {
     /// How long after its overwrite was acknowledged a read began that
-    /// still returned the old value (µs), for every such read.
-    windows: Vec<u64>,
+    /// still returned the old value (µs), for every such read, with the
+    /// read's start and key.
+    windows: Vec<(u64, u64, usize)>,
     failures: Vec<String>,
 }
 
 impl Verdict {
     fn summary(&self) -> String {
-        let mut w = self.windows.clone();
+        let mut w: Vec<u64> = self.windows.iter().map(|w| w.0).collect();
         w.sort_unstable();
+        let mut worst = self.windows.clone();
+        worst.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+        let worst: Vec<String> = worst
+            .iter()
+            .take(3)
+            .map(|(w, start, key)| {
+                format!(
+                    "{:.1} ms (key {key}, read at {:.3} s)",
+                    *w as f64 / 1000.0,
+                    *start as f64 / 1e6
+                )
+            })
+            .collect();
         let pct = |p: f64| {
             if w.is_empty() {
                 return 0.0;
@@ -426,12 +475,13 @@ impl Verdict {
             w[((w.len() as f64 * p).ceil() as usize).clamp(1, w.len()) - 1] as f64 / 1000.0
         };
         format!(
-            "staleness windows (read began after the overwrite was acknowledged, old value returned): {} reads; p50 {:.2} ms, p99 {:.2} ms, worst {:.2} ms (bound {} ms)",
+            "staleness windows (read began after the overwrite was acknowledged, old value returned): {} reads; p50 {:.2} ms, p99 {:.2} ms, worst {:.2} ms (bound {} ms); the worst: {}",
             w.len(),
             pct(0.5),
             pct(0.99),
             w.last().map_or(0.0, |&x| x as f64 / 1000.0),
-            STALENESS_BOUND.as_millis()
+            staleness_bound().as_millis(),
+            worst.join(", ")
         )
     }
 }
@@ -504,8 +554,8 @@ fn check_history(h: &History) -> Verdict {
             continue;
         };
         let window = read.start - at;
-        verdict.windows.push(window);
-        if window > STALENESS_BOUND.as_micros() as u64 {
+        verdict.windows.push((window, read.start, read.key));
+        if window > staleness_bound().as_micros() as u64 {
             verdict.failures.push(format!(
                 "key {} read {} at {:.3} s (answered at {:.3} s), overwritten {:.1} ms before",
                 read.key,
@@ -517,4 +567,72 @@ fn check_history(h: &History) -> Verdict {
         }
     }
     verdict
+}
+
+/// The checker on a made-up history: it must flag exactly the planted
+/// stale reads (else a green trial would prove nothing).
+fn checker_self_test() -> Res<()> {
+    let ms = 1000;
+    let bound = staleness_bound().as_micros() as u64;
+    // Past the bound, and within it.
+    let (over, within) = (bound + 50 * ms, bound / 2);
+    let write = |key, version, start, end| Write {
+        key,
+        version,
+        start,
+        end,
+        acked: true,
+    };
+    let read = |key, start, value| Read {
+        key,
+        start,
+        end: start + ms,
+        value,
+    };
+    let history = History {
+        writes: vec![
+            write(0, 0, 0, 0),
+            write(0, 1, ms, 2 * ms),
+            write(1, 0, 0, 0),
+            write(2, 0, 0, 0),
+            // Began before the reset ended: may have come before it.
+            write(2, 1, 5 * ms, 5 * ms + 500),
+            write(2, 2, 7 * ms, 8 * ms),
+        ],
+        resets: vec![Reset {
+            start: 5 * ms,
+            end: 6 * ms,
+        }],
+        reads: vec![
+            // Stale: past the bound after version 1 was acknowledged.
+            read(0, 2 * ms + over, Some(0)),
+            // Began before the acknowledgement: either value is right.
+            read(0, ms + 500, Some(0)),
+            read(0, 4 * ms, Some(1)),
+            // Stale: key 1 was emptied before that.
+            read(1, 6 * ms + over, Some(0)),
+            read(1, 7 * ms, None),
+            // Nil before any reset: never emptied.
+            read(2, ms, None),
+            // Within the bound of version 2 (acknowledged at 8 ms).
+            read(2, 8 * ms + within, None),
+            read(2, 8 * ms + within, Some(1)),
+            // Stale: nil past the bound after version 2.
+            read(2, 8 * ms + over, None),
+            // Never written.
+            read(3, ms, Some(7)),
+        ],
+        unanswered: 0,
+        bad_status: 0,
+    };
+    let verdict = check_history(&history);
+    if verdict.failures.len() == 5 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the staleness checker flags {} reads of a made-up history, not 5: {:?}",
+            verdict.failures.len(),
+            verdict.failures
+        ))
+    }
 }
