@@ -7,6 +7,8 @@
 //! cargo bench --bench system -- --only s1    # a subset: s1, s2, s3 (comma-separated)
 //! cargo bench --bench system -- --only s2 --s2-cluster --s2-columns private,10,1
 //! cargo bench --bench system -- --only s2 --s2-conns 1 --s2-columns 1,p1 --pin
+//! cargo bench --bench system -- --only s1,s2 --s1-cached --s2-read-heavy   # the near cache
+//! cargo bench --bench system -- --only s2 --s2-write-heavy
 //! cargo bench --bench system -- --help       # every option
 //! ```
 //!
@@ -71,6 +73,14 @@
 //!   req/s, and the connections Redis received against the commands it ran
 //!   (pooled connections: no handshake per command).
 //!
+//! * [ext] near cache (issue 24; ours only; benches/system/near.rs):
+//!   `--s2-read-heavy` runs S2 as 3 GETs of 3,000 preloaded hot keys per
+//!   request, columns no Redis (the ceiling), private + `near_cache` 64 MB,
+//!   private; `--s2-write-heavy` as SET + GET of a fresh key per request
+//!   (nothing hits), private with and without `near_cache`; `--s1-cached`
+//!   runs S1 as N GETs of one key, near-cache hits beside round trips.
+//!   Each reports Redis CPU per request beside req/s.
+//!
 //! `--pin` puts varnishd (manager and child, every thread: `taskset -a -c
 //! -p 0` after start) on CPU 0 and redis-server(s) and wrk (started under
 //! `taskset -c 1`) on CPU 1, so that one-client runs do not depend on where
@@ -84,6 +94,7 @@ mod clients;
 mod cluster;
 mod figures;
 mod load;
+mod near;
 mod opts;
 mod pin;
 mod preflight;
@@ -133,6 +144,7 @@ const SCRIPT: &str = "
 use clients::*;
 use figures::*;
 use load::*;
+use near::*;
 use opts::*;
 use pin::*;
 use preflight::*;
@@ -193,12 +205,22 @@ fn run(o: Opts) -> Res<()> {
         tmp.display()
     );
 
-    let s1 = if o.s1 {
+    let s1_cached = if o.s1 && o.s1_cached {
+        Some(run_s1_cached(&o, &mut env, &mut redis)?)
+    } else {
+        None
+    };
+    let s1 = if o.s1 && !o.s1_cached {
         Some(run_s1(&o, &mut env, &mut redis)?)
     } else {
         None
     };
-    let s2 = match (o.s2, o.s2_cluster) {
+    let near_s2 = if o.s2 && o.s2_variant != S2Variant::Seed {
+        Some(run_near_s2(&o, &mut env, &mut redis, o.s2_variant)?)
+    } else {
+        None
+    };
+    let s2 = match (o.s2 && near_s2.is_none(), o.s2_cluster) {
         (false, _) => None,
         (true, false) => Some(run_pairs(&o, &mut env, &mut redis, &s2_cfgs(&o))?),
         (true, true) => {
@@ -288,6 +310,12 @@ fn run(o: Opts) -> Res<()> {
         );
         fs::write(o.out_dir.join(&name), s2_svg(s2, &title)).map_err(|e| e.to_string())?;
         s2_section(&mut body, s2, &o, &name, &mut targets);
+    }
+    if let Some(s1_cached) = &s1_cached {
+        s1_cached_section(&mut body, s1_cached, &o);
+    }
+    if let Some(near_s2) = &near_s2 {
+        near_s2_section(&mut body, near_s2, &o);
     }
     if let Some(s3) = &s3 {
         s3_section(&mut body, s3, &o);

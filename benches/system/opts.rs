@@ -26,6 +26,11 @@ pub(crate) struct Opts {
     pub(crate) s2_columns: Option<Vec<Mode>>,
     /// S2 against a 3-master cluster instead of the single server.
     pub(crate) s2_cluster: bool,
+    /// [ext] near cache: S2 read-heavy or write-heavy instead of seed 000's.
+    pub(crate) s2_variant: S2Variant,
+    /// [ext] near cache: S1 of a cached GET beside an uncached one,
+    /// instead of seed 001's cells.
+    pub(crate) s1_cached: bool,
     pub(crate) pin: bool,
     pub(crate) rb_requests: u32,
     pub(crate) s1_client: S1Client,
@@ -49,6 +54,12 @@ usage: cargo bench --bench system -- [options]
                       shared N; default: none,private,1000,400,100,25,10,4,2,1)
   --s2-cluster        S2 against a Redis Cluster (3 masters x 1 replica), both VMODs
                       with type=cluster, keys per request
+  --s2-read-heavy     S2 as 3 GETs of 3,000 hot keys per request, ours only: no Redis
+                      (the ceiling), private + near_cache 64 MB, private
+  --s2-write-heavy    S2 as SET + GET of a fresh key per request, ours only: private
+                      with and without near_cache (tracking on, nothing hits)
+  --s1-cached         S1 as N GETs of one key, ours only: near cache hits against
+                      round trips (slopes in us per command)
   --pin               varnishd on CPU 0, redis-server(s) and wrk on CPU 1 (taskset)
   --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
   --out DIR           report directory (default benches/results)
@@ -80,6 +91,8 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         s2_reps: 1,
         s2_columns: None,
         s2_cluster: false,
+        s2_variant: S2Variant::Seed,
+        s1_cached: false,
         pin: false,
         rb_requests: if quick { 5_000 } else { 30_000 },
         s1_client: S1Client::Wrk,
@@ -103,6 +116,9 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         match arg.as_str() {
             "--bench" | "--quick" => {}
             "--s2-cluster" => o.s2_cluster = true,
+            "--s2-read-heavy" => o.s2_variant = S2Variant::ReadHeavy,
+            "--s2-write-heavy" => o.s2_variant = S2Variant::WriteHeavy,
+            "--s1-cached" => o.s1_cached = true,
             "--pin" => o.pin = true,
             "--help" | "-h" => {
                 print!("{USAGE}");
@@ -165,6 +181,11 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
             "--ours" => o.ours_so = Some(PathBuf::from(value("--ours")?)),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
+    }
+    if o.s2_variant != S2Variant::Seed && (o.s2_cluster || o.s2_columns.is_some()) {
+        return Err(
+            "--s2-read-heavy / --s2-write-heavy: their columns are fixed, single server".into(),
+        );
     }
     if o.s2_cluster && !o.s2 {
         return Err("--s2-cluster: S2 is not run (see --only)".into());

@@ -218,8 +218,41 @@ pub(crate) fn run_load(
         },
         cfg.ttl
     );
+    let run = measure(o, env, redis, &label, &vcl)?;
+    eprintln!(
+        "system: {:32} {:6}: {:8.0} req/s, non-2xx {}, threads {}, redis clients {}, \
+         connections received {}, blocked {}, RSS {} kB, {:.1} us CPU/req, \
+         redis {} cmds{}, {:.2} us redis CPU/cmd",
+        cfg.label(),
+        vmod.name(),
+        run.load.rps,
+        run.load.non2xx,
+        opt(run.threads_mid),
+        opt(run.redis_clients_mid),
+        opt(run.conns_received()),
+        opt(run.blocked),
+        opt(run.rss_kb),
+        run.cpu_us_per_req,
+        opt(run.redis_cmds()),
+        run.redis
+            .as_ref()
+            .map_or(String::new(), |u| per_master(&u.per_master)),
+        run.redis_cpu_us_per_cmd()
+    );
+    Ok(run)
+}
+
+/// One S2-style run of `vcl` (a varnishd of its own, named `label`): a
+/// warm-up, then the measured `wrk` run and what it cost.
+pub(crate) fn measure(
+    o: &Opts,
+    env: &mut Env,
+    redis: &mut Redis,
+    label: &str,
+    vcl: &str,
+) -> Res<Run> {
     let life0 = redis.counters();
-    let mut v = Varnish::start(env, &label, &vcl)?;
+    let mut v = Varnish::start(env, label, vcl)?;
     let url = format!("http://127.0.0.1:{}/", v.port);
     let mut warm = wrk_cmd(o.pin, o.s2_threads, o.s2_conns, o.s2_warm, &url);
     record("S2 warm-up", &warm);
@@ -264,26 +297,6 @@ pub(crate) fn run_load(
         cmds_failed: json_number(&json, "\"commands\"", "failed"),
         rss_kb,
     };
-    eprintln!(
-        "system: {:32} {:6}: {:8.0} req/s, non-2xx {}, threads {}, redis clients {}, \
-         connections received {}, blocked {}, RSS {} kB, {:.1} us CPU/req, \
-         redis {} cmds{}, {:.2} us redis CPU/cmd",
-        cfg.label(),
-        vmod.name(),
-        run.load.rps,
-        run.load.non2xx,
-        opt(run.threads_mid),
-        opt(run.redis_clients_mid),
-        opt(run.conns_received()),
-        opt(run.blocked),
-        opt(run.rss_kb),
-        run.cpu_us_per_req,
-        opt(run.redis_cmds()),
-        run.redis
-            .as_ref()
-            .map_or(String::new(), |u| per_master(&u.per_master)),
-        run.redis_cpu_us_per_cmd()
-    );
     Ok(run)
 }
 

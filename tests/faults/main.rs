@@ -105,6 +105,19 @@
 //!   uses, no leak against the six nodes, counters reconcile; afterwards
 //!   every master gives the slots to m1, which holds the load's keys
 //!   there and serves a GET of them with no MOVED.
+//! * `s11.near-cache-staleness.{private,shared,pipelined}` and
+//!   `.restart.shared`: `near_cache` on; 4 writers give 40 keys a new
+//!   version each about every second, one write in two directly in Redis
+//!   and the other through Varnish, while 100 clients read them through
+//!   Varnish, for 10 s; `FLUSHALL` at 3.5 s and the tracking connection
+//!   killed (`CLIENT KILL`) at 6.5 s, or (`.restart`) Redis SIGKILLed at
+//!   4 s and restarted empty at 5 s. Every read and write is logged with
+//!   its times: no read returns a value overwritten (a later version
+//!   acknowledged, or a reset begun after it was written) more than
+//!   300 ms before the read began, nor a value never written; the
+//!   staleness windows seen are reported (p50, p99, worst); at least a
+//!   quarter of the reads are near-cache hits. On a failure the whole
+//!   history goes to `staleness-history.txt` in the trial's directory.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -132,6 +145,7 @@
 //!   --lib` is run once, as in `tests/vtc/`.
 //! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
+//! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s11`.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 
 #[path = "../support/cluster.rs"]
@@ -158,6 +172,7 @@ mod sentinel_masters;
 mod servers;
 mod setup;
 mod soak;
+mod staleness;
 #[path = "../support/mod.rs"]
 mod support;
 mod varnish;
@@ -181,6 +196,7 @@ use sentinel_masters::*;
 use servers::*;
 use setup::*;
 use soak::*;
+use staleness::*;
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -267,6 +283,16 @@ fn main() {
             move || s10_cluster_resharding(mode),
         ));
     }
+    for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+        trials.push(Trial::test(
+            format!("s11.near-cache-staleness.{}", mode.name()),
+            move || s11_near_cache_staleness(mode, StaleEvent::FlushAndKillTracking),
+        ));
+    }
+    trials.push(Trial::test(
+        "s11.near-cache-staleness.restart.shared",
+        || s11_near_cache_staleness(Mode::Shared, StaleEvent::Restart),
+    ));
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(
         Trial::test(format!("s6.vcl-churn.{churn_long}"), move || {

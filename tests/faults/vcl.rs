@@ -34,6 +34,8 @@ pub(crate) struct DbSpec {
     pub(crate) sickness_ttl: u32,
     /// `type = cluster`, the trial's Redis as the seed.
     pub(crate) cluster: bool,
+    /// [ext] `near_cache` bytes (0: off).
+    pub(crate) near_cache: u64,
 }
 
 impl DbSpec {
@@ -47,6 +49,7 @@ impl DbSpec {
             retries: 0,
             sickness_ttl: 1,
             cluster: false,
+            near_cache: 0,
         }
     }
 
@@ -67,7 +70,7 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{});\n",
             db.name,
             if db.cluster { "cluster" } else { "master" },
             db.mode.shared(),
@@ -80,6 +83,11 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
                 ", pipelining = true"
             } else {
                 ""
+            },
+            if db.near_cache > 0 {
+                format!(", near_cache = {}", db.near_cache)
+            } else {
+                String::new()
             }
         ));
     }
@@ -122,12 +130,26 @@ sub vcl_synth {
         v.push_str(&format!(
             "        synthetic({n}.stats());\n        return (deliver);\n    }}\n"
         ));
+        if db.near_cache > 0 {
+            v.push_str(&format!("    if (req.url ~ \"^/{n}/near-cache\") {{\n"));
+            for c in NEAR_CACHE_COUNTERS {
+                v.push_str(&format!(
+                    "        set resp.http.x-nc-{c} = {n}.counter(\"ext.near_cache.{c}\");\n"
+                ));
+            }
+            v.push_str("        synthetic(\"\");\n        return (deliver);\n    }\n");
+        }
         v.push_str(&format!("    if (req.url ~ \"^/{n}/\") {{\n"));
         v.push_str(&format!(
             "        if (req.url ~ \"^/{n}/(set|mix)/\") {{\n            {n}.command(\"SET\");\n            {n}.push(req.http.x-key);\n            {n}.push(req.url);\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
-            "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n{record}        }}\n"
+            // `x-v`: the value read (the staleness trials check it).
+            "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
+            // `/<db>/put/<key>/<value>`: SET of a given value.
+            "        if (req.url ~ \"^/{n}/put/\") {{\n            {n}.command(\"SET\");\n            {n}.push(\"fault:\" + regsub(req.url, \"^/[^/]*/put/([^/]*)/.*$\", \"\\1\"));\n            {n}.push(regsub(req.url, \"^.*/\", \"\"));\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
             // 10 ms of Redis's time in a script: a command that may share
