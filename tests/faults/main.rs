@@ -105,7 +105,7 @@
 //!   uses, no leak against the six nodes, counters reconcile; afterwards
 //!   every master gives the slots to m1, which holds the load's keys
 //!   there and serves a GET of them with no MOVED.
-//! * `s11.near-cache-staleness.{private,shared,pipelined}` and
+//! * `s13.near-cache-staleness.{private,shared,pipelined}` and
 //!   `.restart.shared`: `near_cache` on; 4 writers give 40 keys a new
 //!   version each about every second, one write in two directly in Redis
 //!   and the other through Varnish, while 100 clients read them through
@@ -285,13 +285,13 @@ fn main() {
     }
     for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
         trials.push(Trial::test(
-            format!("s11.near-cache-staleness.{}", mode.name()),
-            move || s11_near_cache_staleness(mode, StaleEvent::FlushAndKillTracking),
+            format!("s13.near-cache-staleness.{}", mode.name()),
+            move || s13_near_cache_staleness(mode, StaleEvent::FlushAndKillTracking),
         ));
     }
     trials.push(Trial::test(
-        "s11.near-cache-staleness.restart.shared",
-        || s11_near_cache_staleness(Mode::Shared, StaleEvent::Restart),
+        "s13.near-cache-staleness.restart.shared",
+        || s13_near_cache_staleness(Mode::Shared, StaleEvent::Restart),
     ));
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(

@@ -112,7 +112,7 @@ fn key_name(key: usize) -> String {
     format!("st{key}")
 }
 
-pub(crate) fn s11_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<(), Failed> {
+pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<(), Failed> {
     checker_self_test()?;
     let mut db = DbSpec::new("db", mode);
     db.near_cache = 16 << 20;
@@ -122,7 +122,7 @@ pub(crate) fn s11_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
         StaleEvent::Restart => "-restart",
     };
     let mut s = Setup::start(
-        &format!("s11-{}{label}", mode.name()),
+        &format!("s13-{}{label}", mode.name()),
         std::slice::from_ref(&db),
     )?;
     let port = s.varnish.port;
