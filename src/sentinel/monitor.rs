@@ -58,7 +58,7 @@ impl Monitor {
     ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         let runner = Runner {
-            knowledge: Knowledge::new(databases.len(), config.discover),
+            knowledge: Knowledge::new(config.discover),
             config,
             databases,
             stop: stop.clone(),
