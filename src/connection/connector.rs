@@ -82,7 +82,17 @@ impl Connector {
         stats: &Stats,
         timeout: Option<Duration>,
     ) -> Result<Connection, ConnectError> {
-        match self.open(timeout) {
+        self.connect_by(stats, Limit::within(timeout))
+    }
+
+    /// As [`Connector::connect`], all of it within `limit` (which a stop
+    /// flag may end: [`Limit::or_stop`]).
+    pub(crate) fn connect_by(
+        &self,
+        stats: &Stats,
+        limit: Limit,
+    ) -> Result<Connection, ConnectError> {
+        match self.open(limit) {
             Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
                 Ok(conn)
@@ -98,9 +108,8 @@ impl Connector {
     }
 
     /// Connects, TLS and HELLO / AUTH included, all of it within
-    /// `timeout` (the name lookup and a UNIX connect too).
-    fn open(&self, timeout: Option<Duration>) -> Result<Connection, String> {
-        let limit = Limit::within(timeout);
+    /// `limit` (the name lookup and a UNIX connect too).
+    fn open(&self, limit: Limit) -> Result<Connection, String> {
         // The socket timeout the TLS handshake left on the socket.
         let mut armed = None;
         let stream = match &self.location {
@@ -249,6 +258,7 @@ fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
         let attempt = match limit.wait() {
+            Ok(Some(_)) if limit.sliced() => connect_sliced(addr, limit),
             Ok(Some(left)) => TcpStream::connect_timeout(addr, left),
             Ok(None) => TcpStream::connect(addr),
             Err(_) if last.kind() != io::ErrorKind::NotFound => return Err(last),
@@ -260,4 +270,46 @@ fn connect_any(addrs: &[SocketAddr], limit: Limit) -> io::Result<TcpStream> {
         }
     }
     Err(last)
+}
+
+/// Shortest pause between two `connect` calls of [`connect_sliced`] on a
+/// system where a `connect` in progress does not wait.
+const CONNECT_SLICE_PAUSE: Duration = Duration::from_millis(10);
+
+/// A TCP connect within a limit that a stop flag may end, one slice at a
+/// time: a blocking `connect` waits at most the socket's send timeout
+/// (then fails with `EINPROGRESS`, the attempt going on), and on Linux a
+/// `connect` again waits on for the same attempt (failing with `EALREADY`
+/// after the timeout), until it succeeds, fails, or the limit is spent.
+fn connect_sliced(addr: &SocketAddr, limit: Limit) -> io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    let target = SockAddr::from(*addr);
+    loop {
+        let wait = limit.wait()?;
+        socket.set_write_timeout(wait)?;
+        let started = std::time::Instant::now();
+        match socket.connect(&target) {
+            Ok(()) => break,
+            Err(err) if err.raw_os_error() == Some(libc::EISCONN) => break,
+            Err(err)
+                if matches!(err.raw_os_error(), Some(libc::EINPROGRESS | libc::EALREADY))
+                    || err.kind() == io::ErrorKind::WouldBlock
+                    || err.kind() == io::ErrorKind::Interrupted =>
+            {
+                // A `connect` that returned at once does not wait here:
+                // no spinning.
+                if started.elapsed() < CONNECT_SLICE_PAUSE {
+                    std::thread::sleep(CONNECT_SLICE_PAUSE);
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    socket.set_write_timeout(None)?;
+    Ok(socket.into())
 }

@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
-use std::time::Instant;
 
 use super::Limit;
 
@@ -110,13 +109,13 @@ impl Flight {
                     .clone()
                     .map_err(|(kind, text)| io::Error::new(kind, text));
             }
-            outcome = match limit.deadline {
+            // The time left, or a slice of it when a stop flag may end it.
+            let wait = limit
+                .wait()
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "timeout"))?;
+            outcome = match wait {
                 None => self.done.wait(outcome).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"));
-                    }
+                Some(left) => {
                     let waited = self.done.wait_timeout(outcome, left);
                     waited.unwrap_or_else(|e| e.into_inner()).0
                 }

@@ -180,7 +180,8 @@ impl Connection {
         self.request_by(packed, Limit::within(timeout))
     }
 
-    fn request_by(&mut self, packed: &[u8], limit: Limit) -> Result<Reply, Failure> {
+    /// As [`Connection::request`], all of it within `limit`.
+    pub(crate) fn request_by(&mut self, packed: &[u8], limit: Limit) -> Result<Reply, Failure> {
         if self.broken {
             // Out of step (see `exchange`): what it reads next would not be
             // the reply to `packed`.
@@ -195,8 +196,14 @@ impl Connection {
 
     /// Pub/Sub: writes a packed request without reading its reply (a
     /// subscription's acknowledgements come back as messages).
+    #[cfg(test)]
     pub(crate) fn send(&mut self, packed: &[u8], timeout: Option<Duration>) -> Result<(), Failure> {
-        let sent = self.write_requests(packed, Limit::within(timeout));
+        self.send_by(packed, Limit::within(timeout))
+    }
+
+    /// As [`Connection::send`], within `limit`.
+    pub(crate) fn send_by(&mut self, packed: &[u8], limit: Limit) -> Result<(), Failure> {
+        let sent = self.write_requests(packed, limit);
         if sent.is_err() {
             self.broken = true;
         }

@@ -5,6 +5,7 @@ mod tls;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use self::tls::TlsStream;
@@ -27,43 +28,87 @@ pub(crate) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Op
 /// over. Every socket wait is armed with the time left before it, so that
 /// neither one wait nor their sum (a reply, a TLS record arriving a byte at
 /// a time) ends past it.
+///
+/// A limit may also end early, when a flag is set ([`Limit::or_stop`]):
+/// its waits then last at most [`STOP_SLICE`] each and are resumed while
+/// time is left, so that the thread waiting sees the flag within a slice
+/// (the Sentinel thread of a VCL turning cold, whatever the Sentinel does).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limit {
+pub(crate) struct Limit<'a> {
     /// None: no bound (no timeout, or one past what the clock holds).
     pub(super) deadline: Option<Instant>,
+    /// Set: the limit is spent (the waiting thread is asked to stop).
+    stop: Option<&'a AtomicBool>,
 }
+
+/// The longest socket wait of a limit that a stop flag can end.
+pub(crate) const STOP_SLICE: Duration = Duration::from_millis(100);
 
 /// A socket already armed with a timeout at most this much longer than the
 /// time left keeps it: consecutive commands with the same timeout cost no
 /// system call, and a wait ends at most this late.
 const REARM_SLACK: Duration = Duration::from_millis(1);
 
-impl Limit {
+impl<'a> Limit<'a> {
     /// `timeout` from now (none: no bound).
-    pub(crate) fn within(timeout: Option<Duration>) -> Limit {
+    pub(crate) fn within(timeout: Option<Duration>) -> Limit<'static> {
         Limit {
             deadline: timeout.and_then(|timeout| Instant::now().checked_add(timeout)),
+            stop: None,
         }
     }
 
-    pub(crate) fn by(deadline: Option<Instant>) -> Limit {
-        Limit { deadline }
+    pub(crate) fn by(deadline: Option<Instant>) -> Limit<'static> {
+        Limit {
+            deadline,
+            stop: None,
+        }
     }
 
-    /// The socket timeout of the next wait: the time left (`TimedOut` when
-    /// it is spent), or none.
+    /// This limit, spent as soon as `stop` is set: its waits are sliced.
+    pub(crate) fn or_stop(self, stop: &'a AtomicBool) -> Limit<'a> {
+        Limit {
+            deadline: self.deadline,
+            stop: Some(stop),
+        }
+    }
+
+    /// Its waits are sliced ([`STOP_SLICE`]): one that times out is
+    /// resumed while [`Limit::wait`] allows.
+    pub(super) fn sliced(self) -> bool {
+        self.stop.is_some()
+    }
+
+    /// The socket timeout of the next wait: the time left, at most a slice
+    /// when there is a stop flag (`TimedOut` when it is spent or the flag
+    /// set), or none.
     pub(super) fn wait(self) -> io::Result<Option<Duration>> {
-        match self.deadline {
-            None => Ok(None),
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    Err(io::ErrorKind::TimedOut.into())
-                } else {
-                    Ok(Some(left))
-                }
+        let slice = match self.stop {
+            Some(stop) if stop.load(Ordering::Relaxed) => {
+                return Err(io::ErrorKind::TimedOut.into())
             }
+            Some(_) => Some(STOP_SLICE),
+            None => None,
+        };
+        let left = match self.deadline {
+            None => return Ok(slice),
+            Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+        };
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
         }
+        Ok(Some(slice.map_or(left, |slice| slice.min(left))))
+    }
+
+    /// Whether a wait that failed with `err` is resumed: it timed out at
+    /// the end of a slice, and the limit is neither spent nor stopped.
+    pub(super) fn again(self, err: &io::Error) -> bool {
+        self.sliced()
+            && matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            )
+            && self.wait().is_ok()
     }
 }
 
@@ -121,8 +166,8 @@ impl Stream {
         armed: &mut Option<Duration>,
         limit: Limit,
     ) -> Result<Stream, String> {
-        let mut arm_tls = |sock: &TcpStream| arm(sock, armed, limit);
-        let shaken = tls::handshake(settings, host, tcp, &mut arm_tls)?;
+        let mut waits = Armed { armed, limit };
+        let shaken = tls::handshake(settings, host, tcp, &mut waits)?;
         Ok(Stream::Tls(Box::new(shaken)))
     }
 
@@ -144,7 +189,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => write_all(s, bytes, armed, limit),
             Stream::Unix(s) => write_all(s, bytes, armed, limit),
-            Stream::Tls(s) => tls::write_all(s, bytes, &mut |sock| arm(sock, armed, limit)),
+            Stream::Tls(s) => tls::write_all(s, bytes, &mut Armed { armed, limit }),
         }
     }
 
@@ -156,9 +201,9 @@ impl Stream {
         limit: Limit,
     ) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
-            Stream::Unix(s) => arm(s, armed, limit).and_then(|()| s.read(buf)),
-            Stream::Tls(s) => tls::read(s, buf, &mut |sock| arm(sock, armed, limit)),
+            Stream::Tcp(s) => read(s, buf, armed, limit),
+            Stream::Unix(s) => read(s, buf, armed, limit),
+            Stream::Tls(s) => tls::read(s, buf, &mut Armed { armed, limit }),
         }
     }
 
@@ -167,7 +212,53 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
-            Stream::Tls(s) => tls::read(s, buf, &mut |_| Ok(())),
+            Stream::Tls(s) => tls::read(s, buf, &mut NoWait),
+        }
+    }
+}
+
+/// The waits of one exchange on a TLS socket: each armed to end by
+/// `limit`, and resumed after a slice while it allows.
+struct Armed<'w, 'a> {
+    armed: &'w mut Option<Duration>,
+    limit: Limit<'a>,
+}
+
+impl tls::Waits for Armed<'_, '_> {
+    fn arm(&mut self, sock: &TcpStream) -> io::Result<()> {
+        arm(sock, self.armed, self.limit)
+    }
+
+    fn again(&self, err: &io::Error) -> bool {
+        self.limit.again(err)
+    }
+}
+
+/// A non-blocking socket: nothing to arm, nothing resumed.
+struct NoWait;
+
+impl tls::Waits for NoWait {
+    fn arm(&mut self, _: &TcpStream) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn again(&self, _: &io::Error) -> bool {
+        false
+    }
+}
+
+/// `read` on a plain socket, armed to end by `limit`.
+fn read<S: Timeouts + Read>(
+    sock: &mut S,
+    buf: &mut [u8],
+    armed: &mut Option<Duration>,
+    limit: Limit,
+) -> io::Result<usize> {
+    loop {
+        arm(sock, armed, limit)?;
+        match sock.read(buf) {
+            Err(err) if limit.again(&err) => {}
+            done => return done,
         }
     }
 }
@@ -185,6 +276,7 @@ fn write_all<S: Timeouts + Write>(
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(written) => bytes = &bytes[written..],
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) if limit.again(&err) => {}
             Err(err) => return Err(err),
         }
     }

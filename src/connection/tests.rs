@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::connector::resolve;
+use super::stream::STOP_SLICE;
 use super::*;
 use crate::config::{Location, Protocol};
 use crate::protocol::{Command, Reply};
@@ -459,4 +460,92 @@ fn tcp_connections_have_keepalive_as_hiredis_sets_it() {
         Duration::from_secs(5)
     );
     assert_eq!(socket.tcp_keepalive_retries().unwrap(), 3);
+}
+
+/// A limit with a stop flag: its waits are sliced and resumed, so an
+/// exchange longer than a slice (a connect, `DEBUG SLEEP 0.5`) ends as
+/// without one, over TCP and TLS.
+#[test]
+fn sliced_waits_resume_until_the_reply() {
+    let unset = AtomicBool::new(false);
+    let limit = || Limit::within(Some(Duration::from_secs(5))).or_stop(&unset);
+    let sleep = packed(&[b"DEBUG", b"SLEEP", b"0.5"]);
+    let redis = RedisProcess::start(&[]);
+    let location: Location = redis.location().parse().unwrap();
+    let plain = Connector::new(&location, None, None, Protocol::Resp3, None, None);
+    let (_tls_redis, tls_port, files) = tls_redis("sliced");
+    let tls = tls_connector(
+        &files,
+        &format!("127.0.0.1:{tls_port}"),
+        Duration::from_secs(5),
+    );
+    for connector in [plain, tls] {
+        let mut conn = connector
+            .connect_by(&Stats::default(), limit())
+            .expect("connect");
+        let started = Instant::now();
+        let reply = conn.request_by(&sleep, limit()).expect("reply");
+        assert_eq!(reply, Reply::Status("OK".into()));
+        assert!(started.elapsed() >= Duration::from_millis(500));
+    }
+}
+
+/// A TLS handshake trickled a byte at a time, a TCP connect to a full
+/// accept queue: each ends within a slice of the stop flag being set,
+/// long before its limit.
+#[test]
+fn a_stop_flag_ends_a_connect_or_a_handshake_within_a_slice() {
+    // The handshake trickler: a record header, then a byte every 300 ms.
+    let files = material("stopped-handshake");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("port");
+    let trickler = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let Ok((mut client, _)) = listener.accept() else {
+            return;
+        };
+        let mut hello = [0u8; 1024];
+        let _ = client.read(&mut hello);
+        let _ = client.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]);
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && client.write_all(&[0x02]).is_ok() {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    // A listener that never accepts, its queue (backlog 0) filled: a new
+    // connect's SYN is dropped, and the connect waits.
+    let full = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    full.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    full.listen(0).unwrap();
+    let full_addr = full.local_addr().unwrap().as_socket().unwrap();
+    let mut queued = Vec::new();
+    while let Ok(conn) =
+        std::net::TcpStream::connect_timeout(&full_addr, Duration::from_millis(300))
+    {
+        queued.push(conn);
+        assert!(queued.len() < 64, "the accept queue never filled");
+    }
+    let long = Duration::from_secs(10);
+    let tcp_location: Location = full_addr.to_string().parse().unwrap();
+    let connectors = [
+        tls_connector(&files, &trickler, long),
+        Connector::new(&tcp_location, None, None, Protocol::Default, None, None),
+    ];
+    for connector in connectors {
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        let result = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.store(true, Ordering::Relaxed);
+            });
+            connector.connect_by(&Stats::default(), Limit::within(Some(long)).or_stop(&stop))
+        });
+        let waited = started.elapsed();
+        assert!(result.is_err(), "{connector:?}: connected");
+        assert!(
+            waited < Duration::from_millis(300) + STOP_SLICE + SLACK,
+            "{connector:?}: {waited:?}"
+        );
+    }
 }

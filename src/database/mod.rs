@@ -1,9 +1,12 @@
 //! A database object: its servers (a [`Topology`] snapshot), its
 //! connections (private or shared), its counters, and the execution of one
 //! command along the execution plan ([`crate::routing`]) with retries.
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::commands::Commands;
 use crate::config::{ConfigError, DbConfig, Location, Preference, Role};
@@ -68,6 +71,22 @@ pub struct Database {
     near_cache: Option<Arc<NearCache>>,
     /// Sentinel fails over one of its masters: master commands wait.
     hold: FailoverHold,
+    /// What Sentinel discovery (`discover=true`) did to its servers.
+    discovery: Mutex<Discovered>,
+}
+
+/// The servers Sentinel discovery added and removed, kept with the
+/// database rather than in a Sentinel thread: the thread of a later warm
+/// period must know them too.
+#[derive(Default)]
+struct Discovered {
+    /// Servers discovery added and has not removed: only these it removes.
+    added: HashSet<Location>,
+    /// The id of each server removed, by location. A server added again at
+    /// the same location gets it back, and with it the private connections
+    /// the workers kept to it: under a new id each worker's idle one to the
+    /// old server stayed open, unused, at every flap of a replica.
+    removed: HashMap<Location, u32>,
 }
 
 mod cluster;
@@ -132,6 +151,7 @@ impl Database {
             commands: Commands::default(),
             near_cache,
             hold: FailoverHold::default(),
+            discovery: Mutex::default(),
         };
         if let Some(location) = db.config.location.clone() {
             db.add_server(&location, db.config.role, note)?;
@@ -224,6 +244,10 @@ impl Database {
                 .cloned()
                 .collect();
             removed = servers.len() != current.servers.len();
+            let mut discovery = self.discovery.lock();
+            for server in current.servers.iter().filter(|s| s.location() == location) {
+                discovery.removed.insert(location.clone(), server.id);
+            }
             removed.then_some(Topology {
                 servers,
                 slots: None,
@@ -232,6 +256,31 @@ impl Database {
         // servers.total counts servers added (a varnishstat counter never
         // goes down); the extended server_list shows the ones left.
         removed
+    }
+
+    /// Adds a server Sentinel discovery found (`discover=true`), marked as
+    /// such: [`Self::remove_discovered`] removes only these.
+    pub(crate) fn add_discovered(&self, location: &Location, role: Role) -> Result<()> {
+        self.add_server(location, role, &mut |_| {})?;
+        self.discovery.lock().added.insert(location.clone());
+        Ok(())
+    }
+
+    /// Whether the server at `location` is one discovery added.
+    pub(crate) fn is_discovered(&self, location: &Location) -> bool {
+        self.discovery.lock().added.contains(location)
+    }
+
+    /// The servers discovery added, by location.
+    pub(crate) fn discovered(&self) -> Vec<Location> {
+        self.discovery.lock().added.iter().cloned().collect()
+    }
+
+    /// Removes a server discovery added ([`Self::remove_server`]). False
+    /// when there is none at `location`.
+    pub(crate) fn remove_discovered(&self, location: &Location) -> bool {
+        let was_added = self.discovery.lock().added.remove(location);
+        was_added && self.remove_server(location)
     }
 
     pub fn name(&self) -> &str {
@@ -264,12 +313,14 @@ impl Database {
         )
     }
 
-    /// A server of this database at `location`, new to it: a new id,
-    /// health and connections (private, pooled or pipelined as the
+    /// A server of this database at `location`, new to it: a new id (or
+    /// the one of the server removed from there before), health and connections (private, pooled or pipelined as the
     /// database says). The one place servers are made; one already known
     /// keeps all that when its role changes ([`Server::redeclared`]).
     pub(crate) fn new_server(&self, location: &Location, role: Role) -> Server {
-        let id = self.servers.new_id();
+        // A server removed before comes back under its id.
+        let reused = self.discovery.lock().removed.remove(location);
+        let id = reused.unwrap_or_else(|| self.servers.new_id());
         let connector = self.connector(location);
         let config = &self.config;
         let pool = || SharedPool::new(connector.location().to_string(), config.max_connections);

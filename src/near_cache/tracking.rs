@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::NearCache;
 use crate::config::Protocol;
-use crate::connection::{Connection, Connector, Failure};
+use crate::connection::{Connection, Connector, Failure, Limit};
 use crate::database::Database;
 use crate::protocol::Reply;
 use crate::server::Server;
@@ -188,6 +188,11 @@ impl Tracker {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// [`WAIT`], ended early by the stop flag.
+    fn limit(&self) -> Limit<'_> {
+        Limit::within(Some(WAIT)).or_stop(&self.stop)
+    }
+
     fn run(&self) {
         let mut last_error = String::new();
         while !self.stopped() {
@@ -226,10 +231,10 @@ impl Tracker {
     fn session(&self) -> Result<(), String> {
         let mut conn = self
             .connector
-            .connect_within(&Stats::default(), Some(WAIT))
+            .connect_by(&Stats::default(), self.limit())
             .map_err(|err| err.to_string())?;
         let reply = conn
-            .request(TRACKING_ON, Some(WAIT))
+            .request_by(TRACKING_ON, self.limit())
             .map_err(|failure| format!("CLIENT TRACKING: {failure}"))?;
         if let Reply::Error(text) = reply {
             return Err(format!(
@@ -267,7 +272,7 @@ impl Tracker {
                 }
                 Some(_) => {}
                 None if now.duration_since(heard) >= PING_AFTER => {
-                    conn.send(PING, Some(WAIT))
+                    conn.send_by(PING, self.limit())
                         .map_err(|err| format!("PING: {err}"))?;
                     ping_sent = Some(now);
                 }

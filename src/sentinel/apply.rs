@@ -21,9 +21,8 @@ pub(crate) struct Knowledge {
     /// Addresses down for Sentinel: sick while in either set.
     sdown: HashSet<Location>,
     odown: HashSet<Location>,
-    /// Per database (same index as the list the thread was given), the
-    /// servers that discovery added: only these are ever removed.
-    discovered: Vec<HashSet<Location>>,
+    /// `discover=true`. The servers it added are marked in their database
+    /// ([`Database::is_discovered`]), where a later thread finds them.
     discover: bool,
     /// Each master's `failover-timeout`, by name, from the last refresh:
     /// how long a hold may last.
@@ -54,11 +53,10 @@ fn each_server(
 }
 
 impl Knowledge {
-    pub(crate) fn new(databases: usize, discover: bool) -> Self {
+    pub(crate) fn new(discover: bool) -> Self {
         Knowledge {
             sdown: HashSet::new(),
             odown: HashSet::new(),
-            discovered: vec![HashSet::new(); databases],
             discover,
             failover_timeouts: HashMap::new(),
             holding: Vec::new(),
@@ -159,12 +157,12 @@ impl Knowledge {
                 if self.discover {
                     // The new master joins every database that held the old
                     // one (it is a replica they may not know yet).
-                    for (index, db) in dbs.iter().enumerate() {
+                    for db in dbs {
                         let topology = db.topology();
                         if topology.by_location(old).is_some()
                             && topology.by_location(new).is_none()
                         {
-                            self.add(index, db, new, Role::Master, &mut log);
+                            self.add(db, new, Role::Master, &mut log);
                         }
                     }
                 }
@@ -229,15 +227,14 @@ impl Knowledge {
         dbs: &[Arc<Database>],
         log: &mut Vec<String>,
     ) {
-        for (index, db) in dbs.iter().enumerate() {
+        for db in dbs {
             let topology = db.topology();
             let mut wanted: HashSet<&Location> = HashSet::new();
             let mut missing = Vec::new();
             // Held: a server the VCL declared (not one discovery added)
             // is this master or one of its replicas.
-            let declared = |addr: &Location| {
-                topology.by_location(addr).is_some() && !self.discovered[index].contains(addr)
-            };
+            let declared =
+                |addr: &Location| topology.by_location(addr).is_some() && !db.is_discovered(addr);
             for m in masters {
                 let holds =
                     declared(&m.master.addr) || m.replicas.iter().any(|r| declared(&r.addr));
@@ -252,14 +249,13 @@ impl Knowledge {
                     }
                 }
             }
-            let gone: Vec<Location> = self.discovered[index]
-                .iter()
+            let gone: Vec<Location> = db
+                .discovered()
+                .into_iter()
                 .filter(|addr| !wanted.contains(addr))
-                .cloned()
                 .collect();
             for addr in gone {
-                self.discovered[index].remove(&addr);
-                if db.remove_server(&addr) {
+                if db.remove_discovered(&addr) {
                     log.push(format!(
                         "db {}: {addr} removed (no longer reported)",
                         db.name()
@@ -267,22 +263,14 @@ impl Knowledge {
                 }
             }
             for addr in missing {
-                self.add(index, db, &addr, Role::Slave, log);
+                self.add(db, &addr, Role::Slave, log);
             }
         }
     }
 
-    fn add(
-        &mut self,
-        index: usize,
-        db: &Database,
-        addr: &Location,
-        role: Role,
-        log: &mut Vec<String>,
-    ) {
-        match db.add_server(addr, role, &mut |_| {}) {
+    fn add(&mut self, db: &Database, addr: &Location, role: Role, log: &mut Vec<String>) {
+        match db.add_discovered(addr, role) {
             Ok(()) => {
-                self.discovered[index].insert(addr.clone());
                 // Sentinel may have said it was down before it was added.
                 let down = self.is_down(addr);
                 if let Some(server) = db.topology().by_location(addr) {
@@ -352,7 +340,7 @@ mod tests {
     #[test]
     fn down_until_both_verdicts_are_cleared() {
         let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
-        let mut knowledge = Knowledge::new(1, false);
+        let mut knowledge = Knowledge::new(false);
         let event = |kind, down| Event::Down {
             addr: at(M),
             kind,
@@ -382,7 +370,7 @@ mod tests {
         let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
         let (old_addr, new_addr) = (old.location(), new.location());
         let dbs = [db("a", &[(&old_addr, Role::Auto), (&new_addr, Role::Auto)])];
-        let mut knowledge = Knowledge::new(1, false);
+        let mut knowledge = Knowledge::new(false);
         knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),
@@ -458,7 +446,7 @@ mod tests {
             db("a", &[(&old_addr, Role::Master), (&new_addr, Role::Slave)]),
             db("other", &[(&new_addr, Role::Master)]),
         ];
-        let mut knowledge = Knowledge::new(2, false);
+        let mut knowledge = Knowledge::new(false);
         let log = knowledge.on_event(
             &Event::FailoverStarted {
                 name: "main".into(),
@@ -528,7 +516,7 @@ mod tests {
             .add_server(&at(&old_addr), Role::Master, &mut |_| {})
             .unwrap();
         let dbs = [Arc::new(timed)];
-        let mut knowledge = Knowledge::new(1, false);
+        let mut knowledge = Knowledge::new(false);
         let started = Event::FailoverStarted {
             name: "main".into(),
             master: at(&old_addr),
@@ -571,7 +559,7 @@ mod tests {
     #[test]
     fn a_role_change_sets_the_role() {
         let dbs = [db("a", &[(M, Role::Master)])];
-        let mut knowledge = Knowledge::new(1, false);
+        let mut knowledge = Knowledge::new(false);
         knowledge.on_event(
             &Event::RoleReported {
                 addr: at(M),
@@ -588,7 +576,7 @@ mod tests {
             db("a", &[(M, Role::Master), (R1, Role::Slave)]),
             db("b", &[(R1, Role::Slave)]),
         ];
-        let mut knowledge = Knowledge::new(2, false);
+        let mut knowledge = Knowledge::new(false);
         let log = knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),
@@ -611,7 +599,7 @@ mod tests {
             "a",
             &[(M, Role::Slave), (R1, Role::Master), (R2, Role::Slave)],
         )];
-        let mut knowledge = Knowledge::new(1, false);
+        let mut knowledge = Knowledge::new(false);
         knowledge.on_event(
             &Event::Down {
                 addr: at(R1),
@@ -637,7 +625,7 @@ mod tests {
             db("a", &[(M, Role::Master)]),
             db("other", &[("127.0.0.1:9999", Role::Master)]),
         ];
-        let mut knowledge = Knowledge::new(2, true);
+        let mut knowledge = Knowledge::new(true);
         let masters = |replicas: Vec<Reported>| {
             [Master {
                 master: reported(M, false),
@@ -663,10 +651,63 @@ mod tests {
         assert_eq!(state(&dbs[0], R1), None);
     }
 
+    /// The servers discovery added live with the database: the thread of a
+    /// later warm period (a new `Knowledge`) removes them when Sentinel no
+    /// longer reports them, and still keeps the declared ones.
+    #[test]
+    fn a_new_thread_removes_what_an_earlier_one_discovered() {
+        let dbs = [db("a", &[(M, Role::Master)])];
+        let masters = |replicas: Vec<Reported>| {
+            [Master {
+                master: reported(M, false),
+                replicas,
+            }]
+        };
+        Knowledge::new(true).on_refresh(
+            &masters(vec![reported(R1, false), reported(R2, false)]),
+            &dbs,
+        );
+        assert!(state(&dbs[0], R2).is_some());
+        let log = Knowledge::new(true).on_refresh(&masters(vec![reported(R1, false)]), &dbs);
+        assert_eq!(state(&dbs[0], R2), None, "{log:?}");
+        assert!(state(&dbs[0], R1).is_some());
+        let empty: [Master; 0] = [];
+        Knowledge::new(true).on_refresh(&empty, &dbs);
+        assert_eq!(state(&dbs[0], R1), None);
+        assert!(state(&dbs[0], M).is_some());
+    }
+
+    /// A replica Sentinel drops and reports again comes back under its
+    /// former id: the private connections workers kept to it (keyed by
+    /// it) serve again rather than stay open unused.
+    #[test]
+    fn a_replica_reported_again_gets_its_id_back() {
+        let dbs = [db("a", &[(M, Role::Master)])];
+        let mut knowledge = Knowledge::new(true);
+        let id = |addr: &str| dbs[0].topology().by_location(&at(addr)).map(|s| s.id);
+        let with = [Master {
+            master: reported(M, false),
+            replicas: vec![reported(R1, false)],
+        }];
+        let without = [Master {
+            master: reported(M, false),
+            replicas: vec![],
+        }];
+        knowledge.on_refresh(&with, &dbs);
+        let first = id(R1).expect("added");
+        for _ in 0..3 {
+            knowledge.on_refresh(&without, &dbs);
+            assert_eq!(id(R1), None);
+            knowledge.on_refresh(&with, &dbs);
+            assert_eq!(id(R1), Some(first));
+        }
+        assert_eq!(dbs[0].topology().servers.len(), 2);
+    }
+
     #[test]
     fn discovery_follows_a_switch_to_an_unknown_master() {
         let dbs = [db("a", &[(M, Role::Master)])];
-        let mut knowledge = Knowledge::new(1, true);
+        let mut knowledge = Knowledge::new(true);
         knowledge.on_event(
             &Event::SwitchMaster {
                 name: "main".into(),

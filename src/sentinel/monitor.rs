@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::apply::{Knowledge, Master};
 use super::event;
 use crate::config::{Location, SentinelConfig};
-use crate::connection::{Connection, Connector, Failure};
+use crate::connection::{Connection, Connector, Failure, Limit};
 use crate::database::Database;
 use crate::protocol::Command;
 use crate::protocol::Reply;
@@ -58,7 +58,7 @@ impl Monitor {
     ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         let runner = Runner {
-            knowledge: Knowledge::new(databases.len(), config.discover),
+            knowledge: Knowledge::new(config.discover),
             config,
             databases,
             stop: stop.clone(),
@@ -89,7 +89,11 @@ impl Drop for Monitor {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
-            // Bounded: the thread checks the flag between bounded waits.
+            // Within a slice: every wait of the thread (connect, TLS
+            // handshake, name lookup, read, write, pause) ends within
+            // `STOP_SLICE` of the flag. Joined, not left running: the
+            // thread holds the VCL's databases and logs into the VSL, and
+            // after `vcl.discard` it must do neither.
             let _ = thread.join();
         }
     }
@@ -106,11 +110,19 @@ struct Runner {
 /// Why a session with one Sentinel ended.
 enum End {
     Stopped,
-    /// The Sentinel failed; `served`: it had answered first.
+    /// The Sentinel failed; `served`: it had served first (subscribed
+    /// and answered `SENTINEL masters`).
     Failed {
         reason: String,
         served: bool,
     },
+}
+
+/// Whether `reply` acknowledges a pattern of `PSUBSCRIBE` (`psubscribe`,
+/// the pattern, the count of subscriptions).
+fn is_psubscribe_ack(reply: &Reply) -> bool {
+    matches!(reply, Reply::Array(items)
+        if items.len() == 3 && matches!(&items[0], Reply::String(kind) if kind == b"psubscribe"))
 }
 
 fn packed(args: &[&str]) -> Vec<u8> {
@@ -132,6 +144,12 @@ impl Runner {
 
     fn command_wait(&self) -> Duration {
         self.config.command_timeout.unwrap_or(DEFAULT_WAIT)
+    }
+
+    /// `timeout` from now, or less: every wait within it ends soon after
+    /// the thread is asked to stop.
+    fn limit(&self, timeout: Duration) -> Limit<'_> {
+        Limit::within(Some(timeout)).or_stop(&self.stop)
     }
 
     fn log_all(&self, lines: Vec<String>) {
@@ -169,6 +187,9 @@ impl Runner {
         while !self.stopped() {
             let location = self.config.locations[next].clone();
             match self.session(&location) {
+                // A wait the flag ended fails as a timeout: not the
+                // Sentinel's failure, and not logged.
+                End::Stopped | End::Failed { .. } if self.stopped() => return,
                 End::Stopped => return,
                 End::Failed { reason, served } => {
                     (self.log)(
@@ -197,7 +218,7 @@ impl Runner {
 
     fn connect(&self, connector: &Connector) -> Result<Connection, String> {
         connector
-            .connect_within(&Stats::default(), Some(self.connect_wait()))
+            .connect_by(&Stats::default(), self.limit(self.connect_wait()))
             .map_err(|err| err.to_string())
     }
 
@@ -212,25 +233,29 @@ impl Runner {
             Some(self.connect_wait()),
             self.config.tls.clone(),
         );
+        // Each step checks the flag first: a wait that ended on it fails
+        // as a timeout, which is no failure of the Sentinel to log.
         let mut commands = match self.connect(&connector) {
+            _ if self.stopped() => return End::Stopped,
             Ok(conn) => conn,
             Err(reason) => return failed(reason, false),
         };
         let mut pubsub = match self.connect(&connector) {
+            _ if self.stopped() => return End::Stopped,
             Ok(conn) => conn,
             Err(reason) => return failed(reason, false),
         };
-        let mut subscribe = vec!["PSUBSCRIBE"];
-        subscribe.extend(event::PATTERNS);
-        if let Err(err) = pubsub.send(&packed(&subscribe), Some(self.command_wait())) {
-            return failed(format!("PSUBSCRIBE: {err}"), false);
+        if let Err(end) = self.subscribe(location, &mut pubsub) {
+            return end;
         }
         self.debug(location, || {
             format!("connected, subscribed to {}", event::PATTERNS.join(" "))
         });
         // Asked once subscribed, so that no event falls in between.
-        if let Err(reason) = self.refresh(location, &mut commands) {
-            return failed(reason, false);
+        match self.refresh(location, &mut commands) {
+            _ if self.stopped() => return End::Stopped,
+            Ok(()) => {}
+            Err(reason) => return failed(reason, false),
         }
         let ping = packed(&["PING"]);
         let mut refreshed = Instant::now();
@@ -263,8 +288,10 @@ impl Runner {
                 }
                 Some(_) => {}
                 None if now.duration_since(heard) >= PING_AFTER => {
-                    if let Err(err) = pubsub.send(&ping, Some(self.command_wait())) {
-                        return failed(format!("PING: {err}"), true);
+                    match pubsub.send_by(&ping, self.limit(self.command_wait())) {
+                        _ if self.stopped() => return End::Stopped,
+                        Ok(()) => {}
+                        Err(err) => return failed(format!("PING: {err}"), true),
                     }
                     ping_sent = Some(now);
                 }
@@ -275,12 +302,57 @@ impl Runner {
                 .period
                 .is_some_and(|period| now.duration_since(refreshed) >= period)
             {
-                if let Err(reason) = self.refresh(location, &mut commands) {
-                    return failed(reason, true);
+                match self.refresh(location, &mut commands) {
+                    _ if self.stopped() => return End::Stopped,
+                    Ok(()) => {}
+                    Err(reason) => return failed(reason, true),
                 }
                 refreshed = Instant::now();
             }
         }
+    }
+
+    /// Subscribes `pubsub` to Sentinel's events and waits for every
+    /// pattern's acknowledgement. A Sentinel that refuses (an ACL without
+    /// channel access) fails the session before it counts as served, so
+    /// that a list of such Sentinels gets the pause between rounds rather
+    /// than a new session at once, and another, without end.
+    fn subscribe(&mut self, location: &Location, pubsub: &mut Connection) -> Result<(), End> {
+        let failed = |reason: String| End::Failed {
+            reason: format!("PSUBSCRIBE: {reason}"),
+            served: false,
+        };
+        let mut subscribe = vec!["PSUBSCRIBE"];
+        subscribe.extend(event::PATTERNS);
+        match pubsub.send_by(&packed(&subscribe), self.limit(self.command_wait())) {
+            _ if self.stopped() => return Err(End::Stopped),
+            Ok(()) => {}
+            Err(err) => return Err(failed(err.to_string())),
+        }
+        let until = Instant::now() + self.command_wait();
+        let mut acknowledged = 0;
+        while acknowledged < event::PATTERNS.len() {
+            if self.stopped() {
+                return Err(End::Stopped);
+            }
+            if Instant::now() >= until {
+                return Err(failed(format!(
+                    "not acknowledged within {:?}",
+                    self.command_wait()
+                )));
+            }
+            match pubsub.receive(SLICE) {
+                Ok(Reply::Error(text)) => {
+                    return Err(failed(crate::connection::loggable_error(&text).to_string()))
+                }
+                Ok(reply) if is_psubscribe_ack(&reply) => acknowledged += 1,
+                // An event of a pattern already acknowledged.
+                Ok(reply) => self.on_message(location, &reply),
+                Err(Failure::Timeout) => {}
+                Err(err) => return Err(failed(err.to_string())),
+            }
+        }
+        Ok(())
     }
 
     /// A message on the subscribed connection: an event changes what it
@@ -303,7 +375,7 @@ impl Runner {
     /// One command on the command connection; an error reply is a failure
     /// of this Sentinel.
     fn ask(&self, conn: &mut Connection, args: &[&str]) -> Result<Reply, String> {
-        match conn.request(&packed(args), Some(self.command_wait())) {
+        match conn.request_by(&packed(args), self.limit(self.command_wait())) {
             Ok(Reply::Error(text)) => Err(format!(
                 "{}: {}",
                 args.join(" "),

@@ -6,7 +6,9 @@
 //! peer trickling a record one byte at a time held a worker for minutes.
 //! Here every socket read and write is preceded by `arm`, which sets the
 //! socket timeout to the time left (or fails with `TimedOut` when it is
-//! spent); bytes of a partial record stay in rustls for the next call.
+//! spent); bytes of a partial record stay in rustls for the next call. A
+//! wait that a stop flag may end is sliced, and resumed after each slice
+//! while its limit allows ([`Waits::again`]).
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
@@ -14,19 +16,25 @@ use crate::tls::Tls;
 
 pub(super) type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
-/// Sets the socket timeout before one wait: the time left, or `TimedOut`.
-pub(super) type Arm<'a> = dyn FnMut(&TcpStream) -> io::Result<()> + 'a;
+/// How the socket waits of one call are bounded.
+pub(super) trait Waits {
+    /// Sets the socket timeout before one wait (`TimedOut` when spent).
+    fn arm(&mut self, sock: &TcpStream) -> io::Result<()>;
+    /// Whether a wait that failed with `err` is resumed.
+    fn again(&self, err: &io::Error) -> bool;
+}
 
 /// Stack of the thread that runs a TLS handshake.
 const TLS_HANDSHAKE_STACK: usize = 1 << 20;
 
-/// The TLS handshake on a fresh TCP connection, each wait armed by `arm`.
-/// The error says why (e.g. `invalid peer certificate: UnknownIssuer`).
+/// The TLS handshake on a fresh TCP connection, each wait armed by
+/// `waits`. The error says why (e.g. `invalid peer certificate:
+/// UnknownIssuer`).
 pub(super) fn handshake(
     tls: &Tls,
     host: &str,
     tcp: TcpStream,
-    arm: &mut (dyn FnMut(&TcpStream) -> io::Result<()> + Send),
+    waits: &mut (dyn Waits + Send),
 ) -> Result<TlsStream, String> {
     let name = tls
         .server_name(host)
@@ -46,7 +54,7 @@ pub(super) fn handshake(
                     .session(name)
                     .map_err(|e| Shake::Setup(format!("TLS: {e}")))?;
                 let mut stream = rustls::StreamOwned::new(session, tcp);
-                drive_handshake(&mut stream, arm)
+                drive_handshake(&mut stream, waits)
                     .map(|()| stream)
                     .map_err(Shake::Io)
             })
@@ -80,28 +88,33 @@ enum Shake {
     Io(io::Error),
 }
 
-fn drive_handshake(stream: &mut TlsStream, arm: &mut Arm) -> io::Result<()> {
+fn drive_handshake(stream: &mut TlsStream, waits: &mut dyn Waits) -> io::Result<()> {
     while stream.conn.is_handshaking() {
-        flush(stream, arm)?;
+        flush(stream, waits)?;
         if !stream.conn.is_handshaking() {
             break;
         }
         if !stream.conn.wants_read() {
             return Err(io::Error::other("the TLS handshake stalled"));
         }
-        read_records(stream, arm)?;
+        read_records(stream, waits)?;
     }
     // The client's last flight (TLS 1.3 Finished) may still be buffered.
-    flush(stream, arm)
+    flush(stream, waits)
 }
 
 /// One socket read into rustls, and the records it completed processed.
-fn read_records(stream: &mut TlsStream, arm: &mut Arm) -> io::Result<()> {
-    arm(&stream.sock)?;
-    let read = stream.conn.read_tls(&mut stream.sock)?;
+fn read_records(stream: &mut TlsStream, waits: &mut dyn Waits) -> io::Result<()> {
+    let read = loop {
+        waits.arm(&stream.sock)?;
+        match stream.conn.read_tls(&mut stream.sock) {
+            Err(err) if waits.again(&err) => {}
+            read => break read?,
+        }
+    };
     if let Err(err) = stream.conn.process_new_packets() {
         // Tell the server why (an alert), as far as the time allows.
-        let _ = flush(stream, arm);
+        let _ = flush(stream, waits);
         return Err(io::Error::new(io::ErrorKind::InvalidData, err));
     }
     if read == 0 && stream.conn.is_handshaking() {
@@ -111,39 +124,52 @@ fn read_records(stream: &mut TlsStream, arm: &mut Arm) -> io::Result<()> {
 }
 
 /// Sends every TLS byte rustls holds.
-fn flush(stream: &mut TlsStream, arm: &mut Arm) -> io::Result<()> {
+fn flush(stream: &mut TlsStream, waits: &mut dyn Waits) -> io::Result<()> {
     while stream.conn.wants_write() {
-        arm(&stream.sock)?;
-        stream.conn.write_tls(&mut stream.sock)?;
+        waits.arm(&stream.sock)?;
+        match stream.conn.write_tls(&mut stream.sock) {
+            Err(err) if waits.again(&err) => {}
+            written => {
+                written?;
+            }
+        }
     }
     Ok(())
 }
 
 /// Reads plaintext: at least one byte, `Ok(0)` at a clean close, or an
-/// error (`TimedOut` / `WouldBlock` once `arm` says the time is spent).
-pub(super) fn read(stream: &mut TlsStream, buf: &mut [u8], arm: &mut Arm) -> io::Result<usize> {
+/// error (`TimedOut` / `WouldBlock` once `waits` says the time is spent).
+pub(super) fn read(
+    stream: &mut TlsStream,
+    buf: &mut [u8],
+    waits: &mut dyn Waits,
+) -> io::Result<usize> {
     loop {
         match stream.conn.reader().read(buf) {
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             done => return done,
         }
         // Anything rustls must answer (an alert, a key update) goes first.
-        flush(stream, arm)?;
-        read_records(stream, arm)?;
+        flush(stream, waits)?;
+        read_records(stream, waits)?;
     }
 }
 
 /// Encrypts and sends all of `bytes`.
-pub(super) fn write_all(stream: &mut TlsStream, bytes: &[u8], arm: &mut Arm) -> io::Result<()> {
+pub(super) fn write_all(
+    stream: &mut TlsStream,
+    bytes: &[u8],
+    waits: &mut dyn Waits,
+) -> io::Result<()> {
     let mut rest = bytes;
     while !rest.is_empty() {
         // rustls takes what its buffer holds: sent before it takes more.
-        flush(stream, arm)?;
+        flush(stream, waits)?;
         let taken = stream.conn.writer().write(rest)?;
         if taken == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
         rest = &rest[taken..];
     }
-    flush(stream, arm)
+    flush(stream, waits)
 }
