@@ -8,6 +8,10 @@ pub(crate) fn s3_pool_exhaustion(mode: Mode) -> Result<(), Failed> {
     db.command_timeout = 300;
     let mut s = Setup::start(&format!("s3-{}", mode.name()), std::slice::from_ref(&db))?;
     let bound = db.command_bound();
+    // 200 clients on 2 cores: a worker whose wait ended may run that much
+    // later (its wait ends on time: 600 ms; seen worst 668 ms in the
+    // Debian 13 root, 609 ms on the host).
+    let scheduling = Duration::from_millis(100);
     let clients = 200;
     let secs = 5.0;
     s.say(format!(
@@ -69,7 +73,12 @@ pub(crate) fn s3_pool_exhaustion(mode: Mode) -> Result<(), Failed> {
         }
         s.say(format!("{phase}: child under load: {under_load}"));
         check_answers(&all, &mut s.failures);
-        check_worst(&all, bound, &format!("{phase}: "), &mut s.failures);
+        check_worst(
+            &all,
+            bound + scheduling,
+            &format!("{phase}: "),
+            &mut s.failures,
+        );
         // Private and pipelined modes have no admission control: with slow
         // commands, 200 workers each queue one in Redis (on their own
         // connections, or on the pipelined one), Redis still runs the ones
