@@ -446,6 +446,53 @@ mod with_redis {
         assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
         assert_eq!(counter(&db, Counter::NearCacheMisses), 100);
     }
+
+    /// A replica that syncs from its master after its reads were kept:
+    /// with a diskless load that swaps databases, Redis sends no
+    /// invalidation; the tracking thread sees the replication state change
+    /// (`INFO replication`) and drops everything.
+    #[test]
+    fn a_replica_that_syncs_again_drops_what_it_served() {
+        let master_port = crate::testing::free_port();
+        let master = RedisProcess::start(&[
+            "--port",
+            &master_port,
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ]);
+        let replica = RedisProcess::start(&["--repl-diskless-load", "swapdb"]);
+        let location = replica.location();
+        let config = DbConfig::from_args(&DbArgs {
+            location: &location,
+            role: "slave",
+            near_cache: 1 << 20,
+            ..DbArgs::default()
+        })
+        .unwrap();
+        let db = Arc::new(Database::new("db", config).unwrap());
+        let server = db.topology().servers[0].clone();
+        let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
+        let _trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
+        eventually("tracking on", || server.tracked.load(Ordering::Acquire));
+        master.cli(&["SET", "k", "from master"]);
+        for _ in 0..3 {
+            assert_eq!(get(&db, "k"), Reply::Nil);
+        }
+        assert_eq!(counter(&db, Counter::NearCacheHits), 1);
+        replica.cli(&["REPLICAOF", "127.0.0.1", &master_port]);
+        eventually("synced", || replica.cli(&["GET", "k"]) == "from master");
+        // Within the poll (1 s) and a reply.
+        let until = Instant::now() + Duration::from_secs(3);
+        while get(&db, "k") != s("from master") {
+            assert!(
+                Instant::now() < until,
+                "still served the data before the sync"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Review: the CLOCK queue is memory outside the byte budget, trimmed only

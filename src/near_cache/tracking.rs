@@ -25,9 +25,9 @@ use crate::stats::Stats;
 /// How long one wait lasts: the stop flag is seen at least this often,
 /// and the supervisor looks at the servers this often.
 const SLICE: Duration = Duration::from_millis(100);
-/// A silent tracking connection gets a `PING` this often; no answer
+/// How often a tracking connection asks `INFO replication`; no answer
 /// within [`WAIT`] ends it (a frozen server stops being tracked).
-const PING_AFTER: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_secs(1);
 /// Bound of a connect and of a reply on a tracking connection: short,
 /// so that stopping never waits long.
 const WAIT: Duration = Duration::from_millis(500);
@@ -233,6 +233,15 @@ impl Tracker {
             .connector
             .connect_by(&Stats::default(), self.limit())
             .map_err(|err| err.to_string())?;
+        // The replication state before tracking starts: a sync that ends
+        // later (which may replace the data with no invalidation) shows
+        // as a change of it.
+        let info = conn
+            .request_by(INFO_REPLICATION, self.limit())
+            .map_err(|failure| format!("INFO replication: {failure}"))?;
+        let Some(replication) = replication_state(&info) else {
+            return Err("INFO replication: no role in the reply".into());
+        };
         let reply = conn
             .request_by(TRACKING_ON, self.limit())
             .map_err(|failure| format!("CLIENT TRACKING: {failure}"))?;
@@ -246,35 +255,47 @@ impl Tracker {
         // (while untracked) cannot be trusted, nor reads in flight.
         self.cache.clear();
         self.server.tracked.store(true, Ordering::Release);
-        self.listen(&mut conn)
+        self.listen(&mut conn, replication)
     }
 
-    fn listen(&self, conn: &mut Connection) -> Result<(), String> {
-        let mut heard = Instant::now();
-        let mut ping_sent: Option<Instant> = None;
+    /// Invalidations until the connection fails or the thread stops; and
+    /// every [`POLL`] `INFO replication` (which also tells a frozen server:
+    /// no answer within [`WAIT`] ends the session). A replica that synced
+    /// again (its link, its master or its replication id changed) may
+    /// have replaced its data without an invalidation (Valkey's diskless
+    /// load swaps databases): everything goes.
+    fn listen(&self, conn: &mut Connection, mut replication: String) -> Result<(), String> {
+        let mut asked: Option<Instant> = None;
+        let mut next_ask = Instant::now() + POLL;
         loop {
             if self.stopped() {
                 return Ok(());
             }
             match conn.receive(SLICE) {
-                Ok(reply) => {
-                    heard = Instant::now();
-                    ping_sent = None;
-                    self.on_message(&reply)?;
+                Ok(Reply::String(info)) if asked.is_some() => {
+                    asked = None;
+                    let state = replication_state(&Reply::String(info))
+                        .ok_or("INFO replication: no role in the reply")?;
+                    if state != replication {
+                        self.cache.clear();
+                        replication = state;
+                    }
                 }
+                Ok(reply) => self.on_message(&reply)?,
                 Err(Failure::Timeout) => {}
                 Err(err) => return Err(format!("tracking connection: {err}")),
             }
             let now = Instant::now();
-            match ping_sent {
+            match asked {
                 Some(sent) if now.duration_since(sent) > WAIT => {
-                    return Err(format!("no answer to PING within {WAIT:?}"));
+                    return Err(format!("no answer to INFO replication within {WAIT:?}"));
                 }
                 Some(_) => {}
-                None if now.duration_since(heard) >= PING_AFTER => {
-                    conn.send_by(PING, self.limit())
-                        .map_err(|err| format!("PING: {err}"))?;
-                    ping_sent = Some(now);
+                None if now >= next_ask => {
+                    conn.send_by(INFO_REPLICATION, self.limit())
+                        .map_err(|err| format!("INFO replication: {err}"))?;
+                    asked = Some(now);
+                    next_ask = now + POLL;
                 }
                 None => {}
             }
@@ -306,7 +327,36 @@ impl Tracker {
 }
 
 const TRACKING_ON: &[u8] = b"*4\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n$5\r\nBCAST\r\n";
-const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
+
+/// What of `INFO replication` says the data may have been replaced: the
+/// role, the master, the link, a sync in progress, the replication id.
+/// `None`: not such a reply.
+pub(super) fn replication_state(reply: &Reply) -> Option<String> {
+    let Reply::String(text) = reply else {
+        return None;
+    };
+    let text = std::str::from_utf8(text).ok()?;
+    const FIELDS: &[&str] = &[
+        "role",
+        "master_host",
+        "master_port",
+        "master_link_status",
+        "master_sync_in_progress",
+        "master_replid",
+    ];
+    let state: Vec<&str> = text
+        .lines()
+        .filter(|line| {
+            line.split_once(':')
+                .is_some_and(|(key, _)| FIELDS.contains(&key))
+        })
+        .collect();
+    state
+        .iter()
+        .any(|line| line.starts_with("role:"))
+        .then(|| state.join(","))
+}
 
 /// What an invalidation push names.
 #[derive(Debug, PartialEq, Eq)]
