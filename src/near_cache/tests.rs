@@ -327,6 +327,25 @@ mod with_redis {
         assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
     }
 
+    /// A database with a near cache on `redis`, its server marked tracked
+    /// with no tracking connection: no invalidation ever comes, so what
+    /// a test sees is the cache's own doing.
+    fn marked_tracked(redis: &RedisProcess) -> Database {
+        let location = redis.location();
+        let config = DbConfig::from_args(&DbArgs {
+            location: &location,
+            role: "master",
+            near_cache: 1 << 20,
+            ..DbArgs::default()
+        })
+        .unwrap();
+        let db = Database::new("db", config).unwrap();
+        db.topology().servers[0]
+            .tracked
+            .store(true, Ordering::Release);
+        db
+    }
+
     fn run(db: &Database, task: &mut TaskConnection, args: &[&str]) -> Reply {
         let mut command = Command::new(args[0].as_bytes());
         for arg in &args[1..] {
@@ -343,18 +362,7 @@ mod with_redis {
     #[test]
     fn our_writes_are_seen_by_the_next_read_at_once() {
         let redis = RedisProcess::start(&[]);
-        let location = redis.location();
-        let config = DbConfig::from_args(&DbArgs {
-            location: &location,
-            role: "master",
-            near_cache: 1 << 20,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let db = Database::new("db", config).unwrap();
-        db.topology().servers[0]
-            .tracked
-            .store(true, Ordering::Release);
+        let db = marked_tracked(&redis);
         let task = &mut TaskConnection::default();
         redis.cli(&["SET", "k", "1"]);
         for _ in 0..3 {
@@ -394,18 +402,7 @@ mod with_redis {
     #[test]
     fn a_key_is_not_served_past_its_ttl() {
         let redis = RedisProcess::start(&[]);
-        let location = redis.location();
-        let config = DbConfig::from_args(&DbArgs {
-            location: &location,
-            role: "master",
-            near_cache: 1 << 20,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let db = Database::new("db", config).unwrap();
-        db.topology().servers[0]
-            .tracked
-            .store(true, Ordering::Release);
+        let db = marked_tracked(&redis);
         redis.cli(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
         redis.cli(&["SET", "session", "alice", "PX", "400"]);
         redis.cli(&["SET", "forever", "bob"]);
@@ -426,18 +423,7 @@ mod with_redis {
     #[test]
     fn a_command_read_once_is_not_kept() {
         let redis = RedisProcess::start(&[]);
-        let location = redis.location();
-        let config = DbConfig::from_args(&DbArgs {
-            location: &location,
-            role: "master",
-            near_cache: 1 << 20,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let db = Database::new("db", config).unwrap();
-        db.topology().servers[0]
-            .tracked
-            .store(true, Ordering::Release);
+        let db = marked_tracked(&redis);
         let task = &mut TaskConnection::default();
         for i in 0..100 {
             run(&db, task, &["GET", &format!("fresh{i}")]);
