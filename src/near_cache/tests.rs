@@ -223,6 +223,7 @@ mod with_redis {
     use crate::config::{DbArgs, DbConfig};
     use crate::database::{Database, TaskConnection};
     use crate::protocol::Command;
+    use crate::server::Server;
     use crate::testing::RedisProcess;
 
     fn get(db: &Database, key: &str) -> Reply {
@@ -253,20 +254,9 @@ mod with_redis {
     #[test]
     fn reads_are_kept_until_redis_says_the_key_changed() {
         let redis = RedisProcess::start(&[]);
-        let location = redis.location();
-        let config = DbConfig::from_args(&DbArgs {
-            location: &location,
-            role: "master",
-            near_cache: 1 << 20,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let db = Arc::new(Database::new("db", config).unwrap());
-        let server = db.topology().servers[0].clone();
-        let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
-        let trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
+        let db = Arc::new(near_cache_db(&redis, "master"));
+        let (server, trackers) = tracking(&db);
         let tracked = || server.tracked.load(Ordering::Acquire);
-        eventually("tracking on", tracked);
 
         redis.cli(&["SET", "k", "v1"]);
         // Kept at the second miss (with its PTTL), served at the third.
@@ -327,19 +317,34 @@ mod with_redis {
         assert_eq!(counter(&db, Counter::NearCacheEntries), 0);
     }
 
-    /// A database with a near cache on `redis`, its server marked tracked
-    /// with no tracking connection: no invalidation ever comes, so what
-    /// a test sees is the cache's own doing.
-    fn marked_tracked(redis: &RedisProcess) -> Database {
+    /// A database of one server, `redis` declared `role`, with a near
+    /// cache of 1 MiB.
+    fn near_cache_db(redis: &RedisProcess, role: &str) -> Database {
         let location = redis.location();
         let config = DbConfig::from_args(&DbArgs {
             location: &location,
-            role: "master",
+            role,
             near_cache: 1 << 20,
             ..DbArgs::default()
         })
         .unwrap();
-        let db = Database::new("db", config).unwrap();
+        Database::new("db", config).unwrap()
+    }
+
+    /// The tracking threads of `db`, started, and its server once tracked.
+    fn tracking(db: &Arc<Database>) -> (Arc<Server>, Trackers) {
+        let server = db.topology().servers[0].clone();
+        let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
+        let trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
+        eventually("tracking on", || server.tracked.load(Ordering::Acquire));
+        (server, trackers)
+    }
+
+    /// A database with a near cache on `redis`, its server marked tracked
+    /// with no tracking connection: no invalidation ever comes, so what
+    /// a test sees is the cache's own doing.
+    fn marked_tracked(redis: &RedisProcess) -> Database {
+        let db = near_cache_db(redis, "master");
         db.topology().servers[0]
             .tracked
             .store(true, Ordering::Release);
@@ -449,19 +454,8 @@ mod with_redis {
             "0",
         ]);
         let replica = RedisProcess::start(&["--repl-diskless-load", "swapdb"]);
-        let location = replica.location();
-        let config = DbConfig::from_args(&DbArgs {
-            location: &location,
-            role: "slave",
-            near_cache: 1 << 20,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let db = Arc::new(Database::new("db", config).unwrap());
-        let server = db.topology().servers[0].clone();
-        let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
-        let _trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
-        eventually("tracking on", || server.tracked.load(Ordering::Acquire));
+        let db = Arc::new(near_cache_db(&replica, "slave"));
+        let (_server, _trackers) = tracking(&db);
         master.cli(&["SET", "k", "from master"]);
         for _ in 0..3 {
             assert_eq!(get(&db, "k"), Reply::Nil);
