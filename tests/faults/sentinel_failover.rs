@@ -25,14 +25,23 @@ impl Sentinels {
         self.0.iter().map(|(_, p)| *p).collect()
     }
 
-    /// The master port every Sentinel names, if they agree.
+    /// The port of the trials' one master ([`MASTER`]) every Sentinel
+    /// names, if they agree.
     pub(crate) fn master_port(&self) -> Option<u16> {
+        self.named_port(MASTER)
+    }
+
+    /// The port every Sentinel names for the master `name`, if they agree
+    /// (`INFO sentinel`: `masterN:name=m,status=ok,address=HOST:PORT,...`;
+    /// the harness's client renders arrays as their length only).
+    pub(crate) fn named_port(&self, name: &str) -> Option<u16> {
         let mut agreed = None;
         for port in self.ports() {
-            // `INFO sentinel`: `master0:name=m,status=ok,address=IP:PORT,...`
-            // (the harness's client renders arrays as their length only).
             let info = redis_cmd(port, None, &["INFO", "sentinel"]).ok()?;
-            let named: u16 = info
+            let line = info
+                .lines()
+                .find(|l| l.contains(&format!("name={name},")))?;
+            let named: u16 = line
                 .split(',')
                 .find_map(|f| f.strip_prefix("address="))?
                 .rsplit_once(':')?

@@ -14,32 +14,6 @@ const SWITCH_BOUND: f64 = 8.0;
 /// (its p99 is a few ms; a busy 2-core machine adds tens).
 const UNHELD_BOUND_MS: f64 = 300.0;
 
-/// The port every Sentinel names for `name`, if they agree (`INFO
-/// sentinel`: `masterN:name=m2,status=ok,address=localhost:PORT,...`).
-fn named_port(sentinels: &Sentinels, name: &str) -> Option<u16> {
-    let mut agreed = None;
-    for port in sentinels.ports() {
-        let info = redis_cmd(port, None, &["INFO", "sentinel"]).ok()?;
-        let line = info
-            .lines()
-            .find(|l| l.contains(&format!("name={name},")))?;
-        let named: u16 = line
-            .split(',')
-            .find_map(|f| f.strip_prefix("address="))?
-            .rsplit_once(':')?
-            .1
-            .trim()
-            .parse()
-            .ok()?;
-        match agreed {
-            None => agreed = Some(named),
-            Some(p) if p == named => {}
-            Some(_) => return None,
-        }
-    }
-    agreed
-}
-
 fn counter_at(port: u16) -> u64 {
     redis_cmd(port, None, &["GET", KEY])
         .ok()
@@ -221,7 +195,10 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
         .map_err(|e| format!("SENTINEL FAILOVER {master}: {e}"))?;
         let mut switched = None;
         while load.at() < asked + SWITCH_BOUND {
-            if let Some(p) = named_port(&sentinels, master).filter(|&p| p != first_ports[i]) {
+            if let Some(p) = sentinels
+                .named_port(master)
+                .filter(|&p| p != first_ports[i])
+            {
                 switched = Some((load.at(), p));
                 break;
             }
