@@ -5,6 +5,7 @@
 //!
 //! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
 //! (substring of the trial name, i.e. of the file name without `.vtc`).
+//! Trials run two per core (`--test-threads N` to change it).
 //!
 //! # The module under test
 //! * `$VMOD_REDIS_SO`, when set, is used as is (no build). Handy with the
@@ -157,7 +158,14 @@ const MAX_OUTPUT: usize = 512 * 1024;
 const LOG_TAIL_LINES: usize = 40;
 
 fn main() {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    // Two trials per core unless told otherwise: a trial mostly waits (on
+    // servers starting, timeouts, sleeps), about 40 % of a core each with
+    // one per core, and the suite runs three times in CI.
+    if args.test_threads.is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        args.test_threads = Some(2 * cores);
+    }
     let vtc_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vtc");
     let mut files: Vec<PathBuf> = match fs::read_dir(&vtc_dir) {
         Ok(rd) => rd
