@@ -20,8 +20,10 @@ const INCR_BYTES: u64 = 32;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Failover {
-    /// `SENTINEL FAILOVER`, sent to the Sentinel the VCL's thread listens
-    /// to (the first of its list): graceful, 0 lost.
+    /// `SENTINEL FAILOVER`, sent to the last Sentinel of the VCL's list,
+    /// not the first, whose session the VCL's thread keeps the topology
+    /// with: that Sentinel leads, and only it publishes the failover's
+    /// steps. Graceful: 0 lost.
     Sentinel,
     /// Redis's own `FAILOVER` on the master, no Sentinel: 0 lost.
     Command,
@@ -229,7 +231,10 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     let asked_wall = wall_now();
     let reply = match failover {
         Failover::Sentinel => {
-            let port = sentinels.as_ref().map_or(0, |s| s.ports()[0]);
+            let port = sentinels
+                .as_ref()
+                .and_then(|s| s.ports().last().copied())
+                .unwrap_or(0);
             redis_cmd(port, None, &["SENTINEL", "FAILOVER", MASTER]).map(|r| r.trim().to_string())
         }
         Failover::Command => redis_cmd(old_port, None, &["FAILOVER"]).map(|r| r.trim().to_string()),
@@ -298,7 +303,7 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
             .zip(log("+promoted-slave"))
             .map(|(from, to)| to - from);
         s.say(format!(
-            "leader s{} (the VCL's thread listens to s1); its +failover-state-select-slave to +promoted-slave: {}, +promoted-slave to +switch-master: {}",
+            "leader s{} (the VCL's topology session is on s1); its +failover-state-select-slave to +promoted-slave: {}, +promoted-slave to +switch-master: {}",
             led.map_or("?".into(), |i| (i + 1).to_string()),
             held.map_or("-".into(), ms),
             log("+promoted-slave")
