@@ -163,6 +163,7 @@ mod load;
 mod pool_exhaustion;
 mod procs;
 mod redis;
+mod replicated;
 #[allow(
     dead_code,
     reason = "shared with the vtc harness, which uses more of it"
@@ -193,6 +194,7 @@ use load::*;
 use pool_exhaustion::*;
 use procs::*;
 use redis::*;
+use replicated::*;
 use sentinel_failover::*;
 use sentinel_masters::*;
 use servers::*;
