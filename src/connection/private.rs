@@ -12,10 +12,12 @@
 //! recently used connection is closed and counted in
 //! `connections.dropped.overflow` of the database it belonged to.
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use atomic_refcell::AtomicRefCell;
+use parking_lot::Mutex;
 use thread_local::ThreadLocal;
 
 use super::{Connection, Leased, ManageConnection};
@@ -41,38 +43,111 @@ struct Idle {
 
 /// The idle private connections of the databases of one VCL, per worker
 /// thread, least recently used first.
+///
+/// A server removed from its database for good (Sentinel discovery no
+/// longer reports it) is retired here: each worker closes its idle
+/// connection to it at its next lease, rather than keep it until VCL
+/// cold or the budget evicts it. A worker sees a retirement by one
+/// atomic load per lease ([`Retired::generation`]); only when it moved
+/// does it lock the list of retired servers, once, to copy it.
 #[derive(Default)]
 pub struct PrivateConnections {
-    per_thread: ThreadLocal<AtomicRefCell<Vec<Idle>>>,
+    per_thread: ThreadLocal<AtomicRefCell<ThreadList>>,
+    retired: Retired,
+}
+
+/// The servers retired, and a generation moved at each change.
+#[derive(Default)]
+struct Retired {
+    owners: Mutex<Vec<Owner>>,
+    /// Moved (under the lock) whenever `owners` changes.
+    generation: AtomicU64,
+}
+
+/// One worker's idle connections, and the retired servers as of the
+/// generation it last saw.
+#[derive(Default)]
+struct ThreadList {
+    idle: Vec<Idle>,
+    seen: u64,
+    retired: Vec<Owner>,
+}
+
+impl ThreadList {
+    /// Catches up with the retirements since the generation it saw:
+    /// closes its idle connections to retired servers.
+    fn catch_up(&mut self, retired: &Retired) {
+        if retired.generation.load(Ordering::Acquire) == self.seen {
+            return;
+        }
+        let owners = retired.owners.lock();
+        self.seen = retired.generation.load(Ordering::Acquire);
+        self.retired.clone_from(&owners);
+        drop(owners);
+        let retired = &self.retired;
+        self.idle.retain(|idle| !retired.contains(&idle.owner));
+    }
 }
 
 impl PrivateConnections {
-    fn list(&self) -> &AtomicRefCell<Vec<Idle>> {
-        self.per_thread.get_or(|| AtomicRefCell::new(Vec::new()))
+    /// This thread's list, caught up with the retirements.
+    fn list(&self) -> Option<atomic_refcell::AtomicRefMut<'_, ThreadList>> {
+        let mut list = self
+            .per_thread
+            .get_or(|| AtomicRefCell::new(ThreadList::default()))
+            .try_borrow_mut()
+            .ok()?;
+        list.catch_up(&self.retired);
+        Some(list)
     }
 
     /// This thread's idle connection to `owner`, if it has one.
     pub fn take(&self, owner: Owner) -> Option<Connection> {
-        let mut list = self.list().try_borrow_mut().ok()?;
-        let pos = list.iter().rposition(|idle| idle.owner == owner)?;
-        Some(list.remove(pos).conn)
+        let mut list = self.list()?;
+        let pos = list.idle.iter().rposition(|idle| idle.owner == owner)?;
+        Some(list.idle.remove(pos).conn)
     }
 
     /// Keeps `conn` for this thread's next command; closes the least
     /// recently used ones while the thread would hold more than `budget`
-    /// (the `max_connections` of the database giving it back).
+    /// (the `max_connections` of the database giving it back). A
+    /// connection to a retired server (leased before its retirement) is
+    /// closed instead.
     pub fn give_back(&self, owner: Owner, stats: Weak<Stats>, conn: Connection, budget: u32) {
-        let Ok(mut list) = self.list().try_borrow_mut() else {
+        let Some(mut list) = self.list() else {
             return;
         };
+        if list.retired.contains(&owner) {
+            return;
+        }
         let budget = budget.max(1) as usize;
-        while list.len() >= budget {
-            let evicted = list.remove(0);
+        while list.idle.len() >= budget {
+            let evicted = list.idle.remove(0);
             if let Some(stats) = evicted.stats.upgrade() {
                 stats.inc(Counter::DroppedOverflow);
             }
         }
-        list.push(Idle { owner, stats, conn });
+        list.idle.push(Idle { owner, stats, conn });
+    }
+
+    /// Retires `owner` (its server left its database for good): every
+    /// worker closes its idle connection to it at its next lease.
+    pub(crate) fn retire(&self, owner: Owner) {
+        let mut owners = self.retired.owners.lock();
+        if !owners.contains(&owner) {
+            owners.push(owner);
+            self.retired.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// `owner` serves again (a server added back under its former id):
+    /// the connections workers still keep to it are used again.
+    pub(crate) fn reinstate(&self, owner: Owner) {
+        let mut owners = self.retired.owners.lock();
+        if let Some(pos) = owners.iter().position(|o| *o == owner) {
+            owners.swap_remove(pos);
+            self.retired.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Closes every idle connection of database `db` in every thread (VCL
@@ -83,9 +158,9 @@ impl PrivateConnections {
             .iter()
             .filter_map(|list| list.try_borrow_mut().ok())
             .map(|mut list| {
-                let before = list.len();
-                list.retain(|idle| idle.owner.db != db);
-                before - list.len()
+                let before = list.idle.len();
+                list.idle.retain(|idle| idle.owner.db != db);
+                before - list.idle.len()
             })
             .sum()
     }

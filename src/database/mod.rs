@@ -247,6 +247,9 @@ impl Database {
             let mut discovery = self.discovery.lock();
             for server in current.servers.iter().filter(|s| s.location() == location) {
                 discovery.removed.insert(location.clone(), server.id);
+                // Workers close their idle private connections to it at
+                // their next lease (nothing would take them again).
+                self.private.retire(self.owner(server.id));
             }
             removed.then_some(Topology {
                 servers,
@@ -318,8 +321,12 @@ impl Database {
     /// database says). The one place servers are made; one already known
     /// keeps all that when its role changes ([`Server::redeclared`]).
     pub(crate) fn new_server(&self, location: &Location, role: Role) -> Server {
-        // A server removed before comes back under its id.
+        // A server removed before comes back under its id, and with it
+        // the private connections workers have not closed yet.
         let reused = self.discovery.lock().removed.remove(location);
+        if let Some(id) = reused {
+            self.private.reinstate(self.owner(id));
+        }
         let id = reused.unwrap_or_else(|| self.servers.new_id());
         let connector = self.connector(location);
         let config = &self.config;
@@ -327,10 +334,7 @@ impl Database {
         let connections = match (config.shared_connections, config.pipelining) {
             (false, _) => Connections::Private(PrivateSlot::new(
                 self.private.clone(),
-                Owner {
-                    db: self.id,
-                    server: id,
-                },
+                self.owner(id),
                 config.max_connections,
                 Arc::downgrade(&self.stats),
             )),
@@ -353,6 +357,15 @@ impl Database {
             policy,
             Arc::new(connections),
         )
+    }
+
+    /// What keys its private connections to the server `id` in the
+    /// per-thread lists of its VCL.
+    fn owner(&self, server: u32) -> Owner {
+        Owner {
+            db: self.id,
+            server,
+        }
     }
 
     /// The failover hold of its master commands (started and lifted by

@@ -29,6 +29,11 @@ pub(crate) struct Knowledge {
     failover_timeouts: HashMap<String, Duration>,
     /// The databases this thread started a hold on: lifted when it stops.
     holding: Vec<Arc<Database>>,
+    /// For each master being failed over, the Sentinel (its index in the
+    /// VCL's list) that published the failover's steps: the leader. Only
+    /// its abort lifts the hold: a Sentinel that lost the election
+    /// publishes `-failover-abort-not-elected` while the leader goes on.
+    leaders: HashMap<Location, usize>,
 }
 
 /// The longest a hold lasts without news from Sentinel when its master's
@@ -60,19 +65,24 @@ impl Knowledge {
             discover,
             failover_timeouts: HashMap::new(),
             holding: Vec::new(),
+            leaders: HashMap::new(),
         }
     }
 
     /// Holds the master commands of every database with a server at
     /// `master`, until its promotion or abort, at most the failover
-    /// timeout (plus a margin) or [`MAX_HOLD`].
+    /// timeout (plus a margin) or [`MAX_HOLD`]. `leader` published the
+    /// step. Each step of the same failover comes again here (and may
+    /// come from several connections): the hold started first stands.
     fn hold(
         &mut self,
         dbs: &[Arc<Database>],
         name: &str,
         master: &Location,
+        leader: usize,
         log: &mut Vec<String>,
     ) {
+        self.leaders.insert(master.clone(), leader);
         let bound = self
             .failover_timeouts
             .get(name)
@@ -98,6 +108,7 @@ impl Knowledge {
     /// Lifts the holds on `master`: the held commands go where the roles
     /// now say (set before this).
     fn lift(&mut self, master: &Location, to: &str, log: &mut Vec<String>) {
+        self.leaders.remove(master);
         for db in &self.holding {
             if db.failover_hold().lift(master) {
                 log.push(format!(
@@ -137,8 +148,16 @@ impl Knowledge {
         });
     }
 
-    /// A Pub/Sub message. Returns what changed, for the log.
-    pub(crate) fn on_event(&mut self, event: &Event, dbs: &[Arc<Database>]) -> Vec<String> {
+    /// A Pub/Sub message from the Sentinel at index `sentinel` of the
+    /// VCL's list. Returns what changed, for the log. The same event may
+    /// come from several Sentinels, or twice from one (its topology
+    /// session and its failover events): each change is idempotent.
+    pub(crate) fn on_event(
+        &mut self,
+        event: &Event,
+        sentinel: usize,
+        dbs: &[Arc<Database>],
+    ) -> Vec<String> {
         let mut log = Vec::new();
         match event {
             Event::Down { addr, kind, down } => {
@@ -172,7 +191,13 @@ impl Knowledge {
                 // commands go to it, on the roles just set.
                 self.lift(old, &new.to_string(), &mut log);
             }
-            Event::FailoverStarted { name, master } => self.hold(dbs, name, master, &mut log),
+            Event::FailoverStarted { name, master } => {
+                self.hold(dbs, name, master, sentinel, &mut log);
+            }
+            // Another Sentinel's abort (it lost the election the leader
+            // won) ends nothing: the leader goes on.
+            Event::FailoverAborted { master, .. }
+                if self.leaders.get(master).is_some_and(|&l| l != sentinel) => {}
             Event::FailoverAborted { master, .. } => {
                 self.lift(master, &format!("{master} (failover aborted)"), &mut log);
             }
@@ -296,427 +321,5 @@ impl Drop for Knowledge {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{DbArgs, DbConfig};
-    use std::time::Instant;
-
-    const M: &str = "127.0.0.1:7001";
-    const R1: &str = "127.0.0.1:7002";
-    const R2: &str = "127.0.0.1:7003";
-
-    /// A database with a master and a replica declared (no connection is
-    /// opened for declared roles).
-    fn db(name: &str, servers: &[(&str, Role)]) -> Arc<Database> {
-        let config = DbConfig::from_args(&DbArgs::default()).unwrap();
-        let db = Database::new(name, config).unwrap();
-        for (addr, role) in servers {
-            db.add_server(&addr.parse().unwrap(), *role, &mut |_| {})
-                .unwrap();
-        }
-        Arc::new(db)
-    }
-
-    fn at(text: &str) -> Location {
-        text.parse().unwrap()
-    }
-
-    fn state(db: &Database, addr: &str) -> Option<(Role, bool)> {
-        let topology = db.topology();
-        let server = topology.by_location(&at(addr))?;
-        Some((server.role(), server.health.is_sick(Instant::now())))
-    }
-
-    fn reported(addr: &str, sdown: bool) -> Reported {
-        Reported {
-            name: String::new(),
-            addr: at(addr),
-            sdown,
-            odown: false,
-            failover_timeout: None,
-        }
-    }
-
-    #[test]
-    fn down_until_both_verdicts_are_cleared() {
-        let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
-        let mut knowledge = Knowledge::new(false);
-        let event = |kind, down| Event::Down {
-            addr: at(M),
-            kind,
-            down,
-        };
-        knowledge.on_event(&event(Down::Subjective, true), &dbs);
-        knowledge.on_event(&event(Down::Objective, true), &dbs);
-        assert_eq!(state(&dbs[0], M), Some((Role::Master, true)));
-        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
-        knowledge.on_event(&event(Down::Objective, false), &dbs);
-        assert_eq!(state(&dbs[0], M), Some((Role::Master, true)));
-        let log = knowledge.on_event(&event(Down::Subjective, false), &dbs);
-        assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
-        assert_eq!(log, ["db a: 127.0.0.1:7001 up again"]);
-    }
-
-    /// An old master still answering `ROLE` as a master (restarted, not yet
-    /// reconfigured by Sentinel) is not given writes once Sentinel has
-    /// switched: reads that reach it on new connections must not promote it.
-    #[test]
-    fn a_role_answer_does_not_promote_a_server_sentinel_demoted() {
-        use crate::database::TaskConnection;
-        use crate::protocol::Command;
-        use crate::testing::RedisProcess;
-        // Two masters: `old` still says master, as an old master does
-        // before Sentinel reconfigures it.
-        let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
-        let (old_addr, new_addr) = (old.location(), new.location());
-        let dbs = [db("a", &[(&old_addr, Role::Auto), (&new_addr, Role::Auto)])];
-        let mut knowledge = Knowledge::new(false);
-        knowledge.on_event(
-            &Event::SwitchMaster {
-                name: "main".into(),
-                old: at(&old_addr),
-                new: at(&new_addr),
-            },
-            &dbs,
-        );
-        let run = |args: &[&str], master: bool| {
-            let mut command = Command::new(args[0].as_bytes());
-            for arg in &args[1..] {
-                command.push(arg.as_bytes());
-            }
-            dbs[0].execute(
-                &mut command,
-                master,
-                &mut TaskConnection::default(),
-                &mut |_| {},
-            )
-        };
-        // Several threads (each has its own rotation over the servers), each
-        // command on a new connection (ROLE is asked on each).
-        std::thread::scope(|scope| {
-            for thread in 0..4 {
-                let run = &run;
-                let dbs = &dbs;
-                scope.spawn(move || {
-                    for i in 0..10 {
-                        run(&["GET", "k"], false).expect("read");
-                        dbs[0].close_idle();
-                        let key = format!("w{thread}-{i}");
-                        run(&["SET", &key, "v"], true).expect("write");
-                        dbs[0].close_idle();
-                    }
-                });
-            }
-        });
-        assert_eq!(
-            old.cli(&["DBSIZE"]).trim(),
-            "0",
-            "writes reached the demoted master"
-        );
-        assert_eq!(new.cli(&["DBSIZE"]).trim(), "40");
-        assert_eq!(state(&dbs[0], &old_addr), Some((Role::Slave, false)));
-    }
-
-    fn run(
-        db: &Database,
-        args: &[&str],
-        master: bool,
-    ) -> crate::error::Result<crate::protocol::Reply> {
-        let mut command = crate::protocol::Command::new(args[0].as_bytes());
-        for arg in &args[1..] {
-            command.push(arg.as_bytes());
-        }
-        db.execute(
-            &mut command,
-            master,
-            &mut crate::database::TaskConnection::default(),
-            &mut |_| {},
-        )
-    }
-
-    /// From the first failover step to the promotion, master commands
-    /// wait (reads go on), then go to the promoted replica: none reaches
-    /// the old master.
-    #[test]
-    fn writes_held_from_the_failover_start_go_to_the_promoted_replica() {
-        use crate::testing::RedisProcess;
-        let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
-        let (old_addr, new_addr) = (old.location(), new.location());
-        let dbs = [
-            db("a", &[(&old_addr, Role::Master), (&new_addr, Role::Slave)]),
-            db("other", &[(&new_addr, Role::Master)]),
-        ];
-        let mut knowledge = Knowledge::new(false);
-        let log = knowledge.on_event(
-            &Event::FailoverStarted {
-                name: "main".into(),
-                master: at(&old_addr),
-            },
-            &dbs,
-        );
-        assert!(dbs[0].failover_hold().is_on());
-        // Not a database of that master.
-        assert!(!dbs[1].failover_hold().is_on());
-        assert_eq!(log.len(), 1, "{log:?}");
-        std::thread::scope(|scope| {
-            let writers: Vec<_> = (0..4)
-                .map(|i| {
-                    let db = &dbs[0];
-                    scope.spawn(move || {
-                        let start = Instant::now();
-                        run(db, &["SET", &format!("k{i}"), "v"], true).expect("write");
-                        start.elapsed()
-                    })
-                })
-                .collect();
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            // Reads went on meanwhile.
-            run(&dbs[0], &["GET", "k"], false).expect("read");
-            assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
-            let log = knowledge.on_event(
-                &Event::SwitchMaster {
-                    name: "main".into(),
-                    old: at(&old_addr),
-                    new: at(&new_addr),
-                },
-                &dbs,
-            );
-            assert!(log.iter().any(|line| line.contains("released")), "{log:?}");
-            for writer in writers {
-                let held = writer.join().unwrap();
-                assert!(held >= std::time::Duration::from_millis(150), "{held:?}");
-            }
-        });
-        assert_eq!(
-            old.cli(&["DBSIZE"]).trim(),
-            "0",
-            "a write reached the old master"
-        );
-        assert_eq!(new.cli(&["DBSIZE"]).trim(), "4");
-        assert!(!dbs[0].failover_hold().is_on());
-    }
-
-    /// An abort sends the held commands to the old master; a command
-    /// whose deadline passes while held fails, not sent; the hold ends
-    /// with the thread.
-    #[test]
-    fn aborts_deadlines_and_a_stopped_thread_end_the_hold() {
-        use crate::testing::RedisProcess;
-        let old = RedisProcess::start(&[]);
-        let old_addr = old.location();
-        // The deadline: (100 + 100) ms.
-        let config = DbConfig::from_args(&DbArgs {
-            connection_timeout: 100,
-            command_timeout: 100,
-            ..DbArgs::default()
-        })
-        .unwrap();
-        let timed = Database::new("timed", config).unwrap();
-        timed
-            .add_server(&at(&old_addr), Role::Master, &mut |_| {})
-            .unwrap();
-        let dbs = [Arc::new(timed)];
-        let mut knowledge = Knowledge::new(false);
-        let started = Event::FailoverStarted {
-            name: "main".into(),
-            master: at(&old_addr),
-        };
-        knowledge.on_event(&started, &dbs);
-        let start = Instant::now();
-        let err = run(&dbs[0], &["SET", "late", "v"], true).unwrap_err();
-        assert!(
-            matches!(err, crate::error::Error::FailoverHeld { .. }),
-            "{err}"
-        );
-        let elapsed = start.elapsed();
-        assert!(
-            elapsed >= std::time::Duration::from_millis(200),
-            "{elapsed:?}"
-        );
-        assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
-        assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
-        assert_eq!(dbs[0].stats().get(crate::stats::Counter::CommandsFailed), 1);
-        assert_eq!(dbs[0].stats().get(crate::stats::Counter::CommandsTotal), 0);
-        std::thread::scope(|scope| {
-            let writer = scope.spawn(|| run(&dbs[0], &["SET", "kept", "v"], true));
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            knowledge.on_event(
-                &Event::FailoverAborted {
-                    name: "main".into(),
-                    master: at(&old_addr),
-                },
-                &dbs,
-            );
-            writer.join().unwrap().expect("released to the old master");
-        });
-        assert_eq!(old.cli(&["DBSIZE"]).trim(), "1");
-        knowledge.on_event(&started, &dbs);
-        assert!(dbs[0].failover_hold().is_on());
-        drop(knowledge);
-        assert!(!dbs[0].failover_hold().is_on());
-    }
-
-    #[test]
-    fn a_role_change_sets_the_role() {
-        let dbs = [db("a", &[(M, Role::Master)])];
-        let mut knowledge = Knowledge::new(false);
-        knowledge.on_event(
-            &Event::RoleReported {
-                addr: at(M),
-                role: Role::Slave,
-            },
-            &dbs,
-        );
-        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
-    }
-
-    #[test]
-    fn switch_master_swaps_roles_in_every_database() {
-        let dbs = [
-            db("a", &[(M, Role::Master), (R1, Role::Slave)]),
-            db("b", &[(R1, Role::Slave)]),
-        ];
-        let mut knowledge = Knowledge::new(false);
-        let log = knowledge.on_event(
-            &Event::SwitchMaster {
-                name: "main".into(),
-                old: at(M),
-                new: at(R1),
-            },
-            &dbs,
-        );
-        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
-        assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
-        assert_eq!(state(&dbs[1], R1), Some((Role::Master, false)));
-        // Without discover, nothing is added.
-        assert_eq!(state(&dbs[1], M), None);
-        assert_eq!(log.len(), 3, "{log:?}");
-    }
-
-    #[test]
-    fn refresh_sets_roles_and_health() {
-        let dbs = [db(
-            "a",
-            &[(M, Role::Slave), (R1, Role::Master), (R2, Role::Slave)],
-        )];
-        let mut knowledge = Knowledge::new(false);
-        knowledge.on_event(
-            &Event::Down {
-                addr: at(R1),
-                kind: Down::Subjective,
-                down: true,
-            },
-            &dbs,
-        );
-        let masters = [Master {
-            master: reported(M, false),
-            replicas: vec![reported(R1, false), reported(R2, true)],
-        }];
-        knowledge.on_refresh(&masters, &dbs);
-        assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
-        // R1 was down; the full picture says it is not any more.
-        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
-        assert_eq!(state(&dbs[0], R2), Some((Role::Slave, true)));
-    }
-
-    #[test]
-    fn discovery_adds_and_removes_only_its_own_servers() {
-        let dbs = [
-            db("a", &[(M, Role::Master)]),
-            db("other", &[("127.0.0.1:9999", Role::Master)]),
-        ];
-        let mut knowledge = Knowledge::new(true);
-        let masters = |replicas: Vec<Reported>| {
-            [Master {
-                master: reported(M, false),
-                replicas,
-            }]
-        };
-        knowledge.on_refresh(
-            &masters(vec![reported(R1, false), reported(R2, true)]),
-            &dbs,
-        );
-        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
-        assert_eq!(state(&dbs[0], R2), Some((Role::Slave, true)));
-        assert_eq!(dbs[1].topology().servers.len(), 1);
-        assert_eq!(dbs[0].stats().get(crate::stats::Counter::ServersTotal), 3);
-        // R2 is no longer reported: removed. The declared master stays
-        // even when it is not reported.
-        knowledge.on_refresh(&masters(vec![reported(R1, false)]), &dbs);
-        assert_eq!(state(&dbs[0], R2), None);
-        assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
-        let empty: [Master; 0] = [];
-        knowledge.on_refresh(&empty, &dbs);
-        assert!(state(&dbs[0], M).is_some());
-        assert_eq!(state(&dbs[0], R1), None);
-    }
-
-    /// The servers discovery added live with the database: the thread of a
-    /// later warm period (a new `Knowledge`) removes them when Sentinel no
-    /// longer reports them, and still keeps the declared ones.
-    #[test]
-    fn a_new_thread_removes_what_an_earlier_one_discovered() {
-        let dbs = [db("a", &[(M, Role::Master)])];
-        let masters = |replicas: Vec<Reported>| {
-            [Master {
-                master: reported(M, false),
-                replicas,
-            }]
-        };
-        Knowledge::new(true).on_refresh(
-            &masters(vec![reported(R1, false), reported(R2, false)]),
-            &dbs,
-        );
-        assert!(state(&dbs[0], R2).is_some());
-        let log = Knowledge::new(true).on_refresh(&masters(vec![reported(R1, false)]), &dbs);
-        assert_eq!(state(&dbs[0], R2), None, "{log:?}");
-        assert!(state(&dbs[0], R1).is_some());
-        let empty: [Master; 0] = [];
-        Knowledge::new(true).on_refresh(&empty, &dbs);
-        assert_eq!(state(&dbs[0], R1), None);
-        assert!(state(&dbs[0], M).is_some());
-    }
-
-    /// A replica Sentinel drops and reports again comes back under its
-    /// former id: the private connections workers kept to it (keyed by
-    /// it) serve again rather than stay open unused.
-    #[test]
-    fn a_replica_reported_again_gets_its_id_back() {
-        let dbs = [db("a", &[(M, Role::Master)])];
-        let mut knowledge = Knowledge::new(true);
-        let id = |addr: &str| dbs[0].topology().by_location(&at(addr)).map(|s| s.id);
-        let with = [Master {
-            master: reported(M, false),
-            replicas: vec![reported(R1, false)],
-        }];
-        let without = [Master {
-            master: reported(M, false),
-            replicas: vec![],
-        }];
-        knowledge.on_refresh(&with, &dbs);
-        let first = id(R1).expect("added");
-        for _ in 0..3 {
-            knowledge.on_refresh(&without, &dbs);
-            assert_eq!(id(R1), None);
-            knowledge.on_refresh(&with, &dbs);
-            assert_eq!(id(R1), Some(first));
-        }
-        assert_eq!(dbs[0].topology().servers.len(), 2);
-    }
-
-    #[test]
-    fn discovery_follows_a_switch_to_an_unknown_master() {
-        let dbs = [db("a", &[(M, Role::Master)])];
-        let mut knowledge = Knowledge::new(true);
-        knowledge.on_event(
-            &Event::SwitchMaster {
-                name: "main".into(),
-                old: at(M),
-                new: at(R1),
-            },
-            &dbs,
-        );
-        assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
-        assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
-    }
-}
+#[path = "apply_tests.rs"]
+mod tests;

@@ -59,30 +59,35 @@ pub(crate) const FAILOVER_STARTED: [&str; 4] = [
     "+failover-state-wait-promotion",
 ];
 
-/// The patterns the thread subscribes to: the C VMOD's, and
-/// `+promoted-slave`, which Sentinel publishes as soon as the replica it
-/// chose answers as a master, where `+switch-master` waits for the end of
-/// the failover (the other replicas reconfigured, or `failover-timeout`):
-/// writes sent in between would go to the old master and be lost when it
-/// is turned into a replica.
-///
-/// Then the failover's own steps, which hold master commands from the
-/// choice of a replica to its promotion ([`FAILOVER_STARTED`], the
-/// aborts), and `+role-change`.
+/// The patterns the topology session (one Sentinel at a time) subscribes
+/// to: the C VMOD's, `+promoted-slave`, which Sentinel publishes as soon
+/// as the replica it chose answers as a master, where `+switch-master`
+/// waits for the end of the failover (the other replicas reconfigured, or
+/// `failover-timeout`): writes sent in between would go to the old master
+/// and be lost when it is turned into a replica; and `+role-change`.
 #[cfg(not(test))] // As the thread (monitor.rs): left out of unit tests.
-pub(crate) const PATTERNS: [&str; 12] = [
+pub(crate) const TOPOLOGY_PATTERNS: [&str; 7] = [
     "+sdown",
     "-sdown",
     "+odown",
     "-odown",
     "+switch-master",
     "+promoted-slave",
+    "+role-change",
+];
+
+/// The patterns every Sentinel of the list is subscribed to: the steps of
+/// a failover, which only the Sentinel leading it publishes. They hold
+/// master commands from the choice of a replica ([`FAILOVER_STARTED`])
+/// to its promotion (`+promoted-slave`) or the failover's abort.
+#[cfg(not(test))]
+pub(crate) const FAILOVER_PATTERNS: [&str; 6] = [
     FAILOVER_STARTED[0],
     FAILOVER_STARTED[1],
     FAILOVER_STARTED[2],
     FAILOVER_STARTED[3],
+    "+promoted-slave",
     "-failover-abort-*",
-    "+role-change",
 ];
 
 /// `ip` and `port` as a location, or None when they are not an address

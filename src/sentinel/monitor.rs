@@ -1,12 +1,15 @@
-//! The thread of [`super`]: started when a VCL turns warm, stopped when
-//! it cools. Only the VCL layer starts it, so unit-test builds (which
-//! leave that layer out) leave it out too.
+//! The threads of [`super`]: started when a VCL turns warm, stopped when
+//! it cools. Only the VCL layer starts them, so unit-test builds (which
+//! leave that layer out) leave them out too.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use super::apply::{Knowledge, Master};
+use super::backoff::Backoff;
 use super::event;
 use crate::config::{Location, SentinelConfig};
 use crate::connection::{Connection, Connector, Failure, Limit};
@@ -39,17 +42,27 @@ const DEFAULT_WAIT: Duration = Duration::from_secs(2);
 /// Pause after every Sentinel of the list failed in a row, doubled after
 /// each such round up to [`MAX_ROUND_PAUSE`] (each failure is logged: a
 /// list of dead Sentinels must not flood the log).
-const ROUND_PAUSE: Duration = Duration::from_millis(500);
-const MAX_ROUND_PAUSE: Duration = Duration::from_secs(5);
+const ROUND_PAUSE: Duration = super::backoff::FIRST_PAUSE;
+const MAX_ROUND_PAUSE: Duration = super::backoff::MAX_PAUSE;
 
-/// The running thread of one VCL; dropping it stops and joins it.
+/// The running threads of one VCL; dropping them stops and joins them.
+///
+/// One thread keeps the topology (a session with one Sentinel at a time),
+/// and one per Sentinel of the list listens to its failover events, which
+/// only the Sentinel leading a failover publishes: whichever leads, its
+/// steps hold the master commands. A thread per Sentinel, not one polling
+/// them all: a connect, name lookup or TLS handshake to one Sentinel that
+/// is down or frozen waits (up to the connection timeout) without
+/// delaying the leader's events. They are bounded by the VCL's own list,
+/// one connection each (as one polling thread would need), and live as
+/// long as the VCL is warm.
 pub(crate) struct Monitor {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Monitor {
-    /// Starts the thread for `databases` (those of the VCL, all created
+    /// Starts the threads for `databases` (those of the VCL, all created
     /// by now: `vcl_init` is over when a VCL turns warm).
     pub(crate) fn start(
         config: SentinelConfig,
@@ -57,52 +70,74 @@ impl Monitor {
         log: Logger,
     ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
-        let runner = Runner {
-            knowledge: Knowledge::new(config.discover),
+        let shared = Arc::new(Shared {
+            knowledge: Mutex::new(Knowledge::new(config.discover)),
             config,
             databases,
             stop: stop.clone(),
             log,
+        });
+        let mut monitor = Monitor {
+            stop,
+            threads: Vec::new(),
         };
-        let log = runner.log.clone();
+        // Dropping `monitor` on an error stops the threads already started.
+        monitor.spawn("redis-sentinel", &shared, |shared| shared.run())?;
+        for index in 0..shared.config.locations.len() {
+            monitor.spawn("redis-failover", &shared, move |shared| {
+                shared.listen_failovers(index)
+            })?;
+        }
+        Ok(monitor)
+    }
+
+    fn spawn(
+        &mut self,
+        name: &str,
+        shared: &Arc<Shared>,
+        body: impl FnOnce(&Shared) + Send + 'static,
+    ) -> std::io::Result<()> {
+        let shared = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("redis-sentinel".into())
+            .name(name.into())
             .spawn(move || {
                 // A bug must not go unnoticed: Sentinel's news would
                 // silently stop while the VCL keeps serving.
-                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run()));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&shared)));
                 if run.is_err() {
-                    log(
+                    (shared.log)(
                         Level::Error,
-                        "[REDIS] sentinel: the thread stopped on an internal error (please report)",
+                        "[REDIS] sentinel: a thread stopped on an internal error (please report)",
                     );
                 }
             })?;
-        Ok(Monitor {
-            stop,
-            thread: Some(thread),
-        })
+        self.threads.push(thread);
+        Ok(())
     }
 }
 
 impl Drop for Monitor {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            // Within a slice: every wait of the thread (connect, TLS
-            // handshake, name lookup, read, write, pause) ends within
-            // `STOP_SLICE` of the flag. Joined, not left running: the
-            // thread holds the VCL's databases and logs into the VSL, and
-            // after `vcl.discard` it must do neither.
+        // Each within a slice, all at once (they all see the flag): every
+        // wait of a thread (connect, TLS handshake, name lookup, read,
+        // write, pause) ends within `STOP_SLICE` of the flag. Joined, not
+        // left running: the threads hold the VCL's databases and log into
+        // the VSL, and after `vcl.discard` they must do neither. The last
+        // one out drops the knowledge, which lifts any hold.
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
-struct Runner {
+/// What the threads of one VCL share.
+struct Shared {
     config: SentinelConfig,
     databases: Vec<Arc<Database>>,
-    knowledge: Knowledge,
+    /// Locked for the handling of one message or refresh (never across a
+    /// wait on a Sentinel).
+    knowledge: Mutex<Knowledge>,
     stop: Arc<AtomicBool>,
     log: Logger,
 }
@@ -133,7 +168,7 @@ fn packed(args: &[&str]) -> Vec<u8> {
     command.packed().to_vec()
 }
 
-impl Runner {
+impl Shared {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -150,6 +185,14 @@ impl Runner {
     /// the thread is asked to stop.
     fn limit(&self, timeout: Duration) -> Limit<'_> {
         Limit::within(Some(timeout)).or_stop(&self.stop)
+    }
+
+    /// Sleeps `pause`, or less when stopped meanwhile.
+    fn pause(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        while !self.stopped() && Instant::now() < until {
+            std::thread::sleep(SLICE.min(until.saturating_duration_since(Instant::now())));
+        }
     }
 
     fn log_all(&self, lines: Vec<String>) {
@@ -170,9 +213,10 @@ impl Runner {
         }
     }
 
-    /// Sentinels in turn until stopped; a pause after a whole round of
-    /// failures (a loop bounded in time by the stop flag).
-    fn run(mut self) {
+    /// The topology thread: Sentinels in turn until stopped; a pause after
+    /// a whole round of failures (a loop bounded in time by the stop
+    /// flag).
+    fn run(&self) {
         // What an earlier warm period learnt may be stale: only what
         // Sentinel says from now on counts.
         for db in &self.databases {
@@ -186,7 +230,7 @@ impl Runner {
         let mut pause = ROUND_PAUSE;
         while !self.stopped() {
             let location = self.config.locations[next].clone();
-            match self.session(&location) {
+            match self.session(&location, next) {
                 // A wait the flag ended fails as a timeout: not the
                 // Sentinel's failure, and not logged.
                 End::Stopped | End::Failed { .. } if self.stopped() => return,
@@ -207,13 +251,46 @@ impl Runner {
             next = (next + 1) % count;
             if failed_in_row >= count {
                 failed_in_row = 0;
-                let until = Instant::now() + pause;
-                while !self.stopped() && Instant::now() < until {
-                    std::thread::sleep(SLICE);
-                }
+                self.pause(pause);
                 pause = (pause * 2).min(MAX_ROUND_PAUSE);
             }
         }
+    }
+
+    /// A thread listening to the failover events of the Sentinel at
+    /// `index` of the list, until stopped; a pause ([`Backoff`]) between
+    /// two connections.
+    fn listen_failovers(&self, index: usize) {
+        let location = &self.config.locations[index];
+        let mut backoff = Backoff::new();
+        while !self.stopped() {
+            let (end, served) = self.failover_session(location, index);
+            if self.stopped() {
+                return;
+            }
+            let pause = backoff.after(served);
+            if let End::Failed { reason, .. } = end {
+                (self.log)(
+                    Level::Error,
+                    &format!(
+                        "[REDIS] sentinel {location}: failover events: {reason}; again in {} ms",
+                        pause.as_millis()
+                    ),
+                );
+            }
+            self.pause(pause);
+        }
+    }
+
+    fn connector(&self, location: &Location) -> Connector {
+        Connector::new(
+            location,
+            None,
+            self.config.password.as_deref(),
+            self.config.protocol,
+            Some(self.connect_wait()),
+            self.config.tls.clone(),
+        )
     }
 
     fn connect(&self, connector: &Connector) -> Result<Connection, String> {
@@ -222,17 +299,39 @@ impl Runner {
             .map_err(|err| err.to_string())
     }
 
-    /// Listens to one Sentinel until it fails or the thread is stopped.
-    fn session(&mut self, location: &Location) -> End {
+    /// Listens to the failover events of one Sentinel until it fails or
+    /// the thread is stopped; with how long it was subscribed, if it was.
+    fn failover_session(&self, location: &Location, index: usize) -> (End, Option<Duration>) {
+        let mut pubsub = match self.connect(&self.connector(location)) {
+            _ if self.stopped() => return (End::Stopped, None),
+            Ok(conn) => conn,
+            Err(reason) => {
+                let end = End::Failed {
+                    reason,
+                    served: false,
+                };
+                return (end, None);
+            }
+        };
+        if let Err(end) = self.subscribe(location, index, &mut pubsub, &event::FAILOVER_PATTERNS) {
+            return (end, None);
+        }
+        self.debug(location, || {
+            format!(
+                "failover events: subscribed to {}",
+                event::FAILOVER_PATTERNS.join(" ")
+            )
+        });
+        let since = Instant::now();
+        let end = self.serve(location, index, &mut pubsub, || Ok(()));
+        (end, Some(since.elapsed()))
+    }
+
+    /// The topology session: listens to one Sentinel until it fails or
+    /// the thread is stopped.
+    fn session(&self, location: &Location, index: usize) -> End {
         let failed = |reason: String, served| End::Failed { reason, served };
-        let connector = Connector::new(
-            location,
-            None,
-            self.config.password.as_deref(),
-            self.config.protocol,
-            Some(self.connect_wait()),
-            self.config.tls.clone(),
-        );
+        let connector = self.connector(location);
         // Each step checks the flag first: a wait that ended on it fails
         // as a timeout, which is no failure of the Sentinel to log.
         let mut commands = match self.connect(&connector) {
@@ -245,11 +344,14 @@ impl Runner {
             Ok(conn) => conn,
             Err(reason) => return failed(reason, false),
         };
-        if let Err(end) = self.subscribe(location, &mut pubsub) {
+        if let Err(end) = self.subscribe(location, index, &mut pubsub, &event::TOPOLOGY_PATTERNS) {
             return end;
         }
         self.debug(location, || {
-            format!("connected, subscribed to {}", event::PATTERNS.join(" "))
+            format!(
+                "connected, subscribed to {}",
+                event::TOPOLOGY_PATTERNS.join(" ")
+            )
         });
         // Asked once subscribed, so that no event falls in between.
         match self.refresh(location, &mut commands) {
@@ -257,8 +359,36 @@ impl Runner {
             Ok(()) => {}
             Err(reason) => return failed(reason, false),
         }
-        let ping = packed(&["PING"]);
         let mut refreshed = Instant::now();
+        self.serve(location, index, &mut pubsub, || {
+            if self
+                .config
+                .period
+                .is_some_and(|period| refreshed.elapsed() >= period)
+            {
+                self.refresh(location, &mut commands)?;
+                refreshed = Instant::now();
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads the subscribed connection to the Sentinel at `index`
+    /// (`location`) until it fails or the thread is stopped; `PING`s it
+    /// when silent, and calls `each_slice` after every wait (the
+    /// topology's periodic refresh), whose error ends the session.
+    fn serve(
+        &self,
+        location: &Location,
+        index: usize,
+        pubsub: &mut Connection,
+        mut each_slice: impl FnMut() -> Result<(), String>,
+    ) -> End {
+        let failed = |reason: String| End::Failed {
+            reason,
+            served: true,
+        };
+        let ping = packed(&["PING"]);
         let mut heard = Instant::now();
         let mut ping_sent: Option<Instant> = None;
         loop {
@@ -271,59 +401,58 @@ impl Runner {
                     ping_sent = None;
                     if let Reply::Error(text) = &reply {
                         let text = crate::connection::loggable_error(text);
-                        return failed(format!("error on the subscribed connection: {text}"), true);
+                        return failed(format!("error on the subscribed connection: {text}"));
                     }
-                    self.on_message(location, &reply);
+                    self.on_message(location, index, &reply);
                 }
                 Err(Failure::Timeout) => {}
-                Err(err) => return failed(format!("subscribed connection: {err}"), true),
+                Err(err) => return failed(format!("subscribed connection: {err}")),
             }
             let now = Instant::now();
             match ping_sent {
                 Some(sent) if now.duration_since(sent) > self.command_wait() => {
-                    return failed(
-                        format!("no answer to PING within {:?}", self.command_wait()),
-                        true,
-                    );
+                    return failed(format!(
+                        "no answer to PING within {:?}",
+                        self.command_wait()
+                    ));
                 }
                 Some(_) => {}
                 None if now.duration_since(heard) >= PING_AFTER => {
                     match pubsub.send_by(&ping, self.limit(self.command_wait())) {
                         _ if self.stopped() => return End::Stopped,
                         Ok(()) => {}
-                        Err(err) => return failed(format!("PING: {err}"), true),
+                        Err(err) => return failed(format!("PING: {err}")),
                     }
                     ping_sent = Some(now);
                 }
                 None => {}
             }
-            if self
-                .config
-                .period
-                .is_some_and(|period| now.duration_since(refreshed) >= period)
-            {
-                match self.refresh(location, &mut commands) {
-                    _ if self.stopped() => return End::Stopped,
-                    Ok(()) => {}
-                    Err(reason) => return failed(reason, true),
-                }
-                refreshed = Instant::now();
+            match each_slice() {
+                _ if self.stopped() => return End::Stopped,
+                Ok(()) => {}
+                Err(reason) => return failed(reason),
             }
         }
     }
 
-    /// Subscribes `pubsub` to Sentinel's events and waits for every
-    /// pattern's acknowledgement. A Sentinel that refuses (an ACL without
-    /// channel access) fails the session before it counts as served, so
-    /// that a list of such Sentinels gets the pause between rounds rather
-    /// than a new session at once, and another, without end.
-    fn subscribe(&mut self, location: &Location, pubsub: &mut Connection) -> Result<(), End> {
+    /// Subscribes `pubsub` to `patterns` and waits for every pattern's
+    /// acknowledgement. A Sentinel that refuses (an ACL without channel
+    /// access) fails the session before it counts as served, so that a
+    /// list of such Sentinels gets the pause between rounds rather than a
+    /// new session at once, and another, without end.
+    fn subscribe(
+        &self,
+        location: &Location,
+        index: usize,
+        pubsub: &mut Connection,
+        patterns: &[&str],
+    ) -> Result<(), End> {
         let failed = |reason: String| End::Failed {
             reason: format!("PSUBSCRIBE: {reason}"),
             served: false,
         };
         let mut subscribe = vec!["PSUBSCRIBE"];
-        subscribe.extend(event::PATTERNS);
+        subscribe.extend(patterns);
         match pubsub.send_by(&packed(&subscribe), self.limit(self.command_wait())) {
             _ if self.stopped() => return Err(End::Stopped),
             Ok(()) => {}
@@ -331,7 +460,7 @@ impl Runner {
         }
         let until = Instant::now() + self.command_wait();
         let mut acknowledged = 0;
-        while acknowledged < event::PATTERNS.len() {
+        while acknowledged < patterns.len() {
             if self.stopped() {
                 return Err(End::Stopped);
             }
@@ -347,7 +476,7 @@ impl Runner {
                 }
                 Ok(reply) if is_psubscribe_ack(&reply) => acknowledged += 1,
                 // An event of a pattern already acknowledged.
-                Ok(reply) => self.on_message(location, &reply),
+                Ok(reply) => self.on_message(location, index, &reply),
                 Err(Failure::Timeout) => {}
                 Err(err) => return Err(failed(err.to_string())),
             }
@@ -355,15 +484,19 @@ impl Runner {
         Ok(())
     }
 
-    /// A message on the subscribed connection: an event changes what it
-    /// says; anything else (`PONG`, acknowledgements) is dropped.
-    fn on_message(&mut self, location: &Location, reply: &Reply) {
+    /// A message on a subscribed connection to the Sentinel at `index`:
+    /// an event changes what it says; anything else (`PONG`,
+    /// acknowledgements) is dropped.
+    fn on_message(&self, location: &Location, index: usize, reply: &Reply) {
         let Some((channel, payload)) = event::pmessage(reply) else {
             return;
         };
         self.debug(location, || format!("event {channel} {payload}"));
         let lines = match event::parse_message(reply) {
-            Some(event) => self.knowledge.on_event(&event, &self.databases),
+            Some(event) => self
+                .knowledge
+                .lock()
+                .on_event(&event, index, &self.databases),
             None => Vec::new(),
         };
         if lines.is_empty() {
@@ -388,7 +521,7 @@ impl Runner {
 
     /// `SENTINEL masters`, then `SENTINEL replicas` of each: the whole
     /// picture, applied at once.
-    fn refresh(&mut self, location: &Location, conn: &mut Connection) -> Result<(), String> {
+    fn refresh(&self, location: &Location, conn: &mut Connection) -> Result<(), String> {
         let reply = self.ask(conn, &["SENTINEL", "masters"])?;
         let masters = event::parse_instances(&reply)
             .ok_or_else(|| "SENTINEL masters: unexpected reply".to_string())?;
@@ -405,7 +538,7 @@ impl Runner {
         for master in &full {
             self.debug(location, || describe(master));
         }
-        let lines = self.knowledge.on_refresh(&full, &self.databases);
+        let lines = self.knowledge.lock().on_refresh(&full, &self.databases);
         if lines.is_empty() {
             self.debug(location, || {
                 format!("SENTINEL masters: {} master(s), no change", full.len())

@@ -3,8 +3,6 @@
 //! counter once the failover settled (issue #23).
 use super::*;
 
-/// The Sentinels' name for the master.
-const MASTER: &str = "m";
 const CLIENTS: usize = 8;
 /// One counter for all the clients (`fault:acked`): each 200 whose `INCR`
 /// replied is one write the new master must hold.
@@ -20,8 +18,10 @@ const INCR_BYTES: u64 = 32;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Failover {
-    /// `SENTINEL FAILOVER`, sent to the Sentinel the VCL's thread listens
-    /// to (the first of its list): graceful, 0 lost.
+    /// `SENTINEL FAILOVER`, sent to the last Sentinel of the VCL's list,
+    /// not the first, whose session the VCL's thread keeps the topology
+    /// with: that Sentinel leads, and only it publishes the failover's
+    /// steps. Graceful: 0 lost.
     Sentinel,
     /// Redis's own `FAILOVER` on the master, no Sentinel: 0 lost.
     Command,
@@ -114,57 +114,17 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
     let count = if failover == Failover::Command { 1 } else { 2 };
-    let mut replicas = Vec::new();
-    for r in ["r1", "r2"].into_iter().take(count) {
-        let sub = dir.join(r);
-        make_dir(&sub)?;
-        let replica = Redis::start(&sub)?;
-        let port = master.port.to_string();
-        redis_cmd(replica.port, None, &["REPLICAOF", "127.0.0.1", &port])
-            .map_err(|e| format!("REPLICAOF on {r}: {e}"))?;
-        replicas.push(replica);
-    }
-    let linked = Instant::now() + Duration::from_secs(10);
-    while replicas.iter().any(|r| {
-        redis_cmd(r.port, None, &["INFO", "replication"])
-            .map_or(true, |i| !i.contains("master_link_status:up"))
-    }) {
-        if Instant::now() > linked {
-            return Err("replicas not linked within 10 s".into());
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
+    let names = &["r1", "r2"][..count];
+    let replicas = start_replicas(&dir, names, "127.0.0.1", master.port, &[])?;
     let mut sentinels = None;
     if failover != Failover::Command {
-        let mut started = Sentinels(Vec::new());
-        for s in ["s1", "s2", "s3"] {
-            let one = sentinel::start(
-                &dir,
-                s,
-                MASTER,
-                (Ipv4Addr::LOCALHOST, master.port),
-                &[],
-                None,
-            )?;
-            register_pid(one.child.id() as i32, "redis-sentinel");
-            let port = one.port;
-            started.0.push((one, port));
-        }
-        let expected: Vec<sentinel::Expected> = started
-            .ports()
-            .into_iter()
-            .enumerate()
-            .map(|(i, port)| sentinel::Expected {
-                name: format!("s{}", i + 1),
-                port,
-                master: MASTER.into(),
-                replicas: count,
-                sentinels: 2,
-                password: None,
-            })
-            .collect();
-        sentinel::wait_ready(&expected)?;
-        sentinels = Some(started);
+        let watched = Watched {
+            name: MASTER,
+            host: "127.0.0.1",
+            port: master.port,
+            replicas: count,
+        };
+        sentinels = Some(start_sentinels(&dir, &[watched], &[])?);
     }
     let ports: Vec<u16> = std::iter::once(master.port)
         .chain(replicas.iter().map(|r| r.port))
@@ -181,8 +141,7 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
         return Err("s11: the generated VCL changed shape".into());
     }
     let watch = sentinels.as_ref().map_or(String::new(), |s| {
-        let list: Vec<String> = s.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        format!("    redis.sentinels(locations = \"{}\");\n", list.join(","))
+        format!("    redis.sentinels(locations = \"{}\");\n", s.locations())
     });
     let add: String = replicas
         .iter()
@@ -229,7 +188,10 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     let asked_wall = wall_now();
     let reply = match failover {
         Failover::Sentinel => {
-            let port = sentinels.as_ref().map_or(0, |s| s.ports()[0]);
+            let port = sentinels
+                .as_ref()
+                .and_then(|s| s.ports().last().copied())
+                .unwrap_or(0);
             redis_cmd(port, None, &["SENTINEL", "FAILOVER", MASTER]).map(|r| r.trim().to_string())
         }
         Failover::Command => redis_cmd(old_port, None, &["FAILOVER"]).map(|r| r.trim().to_string()),
@@ -298,7 +260,7 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
             .zip(log("+promoted-slave"))
             .map(|(from, to)| to - from);
         s.say(format!(
-            "leader s{} (the VCL's thread listens to s1); its +failover-state-select-slave to +promoted-slave: {}, +promoted-slave to +switch-master: {}",
+            "leader s{} (the VCL's topology session is on s1); its +failover-state-select-slave to +promoted-slave: {}, +promoted-slave to +switch-master: {}",
             led.map_or("?".into(), |i| (i + 1).to_string()),
             held.map_or("-".into(), ms),
             log("+promoted-slave")

@@ -62,7 +62,9 @@
 //!   Sentinels (not for `command`), every server `type = auto`; 8 clients
 //!   of `INCR fault:acked` with `execute(master = true)`,
 //!   `command_timeout` 2000 ms; at 1.5 s `SENTINEL FAILOVER` to the
-//!   Sentinel the VCL's thread listens to (`sentinel`), Redis's own
+//!   last Sentinel, not the one the VCL's topology session uses, so that
+//!   only the failover events of every Sentinel hold the writes
+//!   (`sentinel`), Redis's own
 //!   `FAILOVER` (`command`) or SIGKILL of the master (`kill`); the load
 //!   stopped 2 s after the new master is named: the new master's counter
 //!   is the number of acknowledged writes (0 lost) for `sentinel` and
@@ -161,6 +163,7 @@ mod load;
 mod pool_exhaustion;
 mod procs;
 mod redis;
+mod replicated;
 #[allow(
     dead_code,
     reason = "shared with the vtc harness, which uses more of it"
@@ -191,6 +194,7 @@ use load::*;
 use pool_exhaustion::*;
 use procs::*;
 use redis::*;
+use replicated::*;
 use sentinel_failover::*;
 use sentinel_masters::*;
 use servers::*;

@@ -1,63 +1,11 @@
 //! Scenario 8: `SENTINEL FAILOVER` under a load of writes.
 use super::*;
 
-/// The Sentinels' name for the master.
-const MASTER: &str = "m";
 /// Writes are back on the new master this long after every Sentinel
 /// names it, at the latest.
 const RECOVER_WITHIN: f64 = 3.0;
 /// Bound on the failover itself (Sentinel's `failover-timeout` is 2 s).
 const FAILOVER_BOUND: f64 = 8.0;
-
-/// The Sentinels of the trial, stopped by PID on drop.
-pub(crate) struct Sentinels(pub(crate) Vec<(sentinel::Started, u16)>);
-
-impl Drop for Sentinels {
-    fn drop(&mut self) {
-        for (s, _) in self.0.drain(..) {
-            stop_child(s.child, "redis-sentinel", Duration::from_secs(5));
-        }
-    }
-}
-
-impl Sentinels {
-    pub(crate) fn ports(&self) -> Vec<u16> {
-        self.0.iter().map(|(_, p)| *p).collect()
-    }
-
-    /// The port of the trials' one master ([`MASTER`]) every Sentinel
-    /// names, if they agree.
-    pub(crate) fn master_port(&self) -> Option<u16> {
-        self.named_port(MASTER)
-    }
-
-    /// The port every Sentinel names for the master `name`, if they agree
-    /// (`INFO sentinel`: `masterN:name=m,status=ok,address=HOST:PORT,...`;
-    /// the harness's client renders arrays as their length only).
-    pub(crate) fn named_port(&self, name: &str) -> Option<u16> {
-        let mut agreed = None;
-        for port in self.ports() {
-            let info = redis_cmd(port, None, &["INFO", "sentinel"]).ok()?;
-            let line = info
-                .lines()
-                .find(|l| l.contains(&format!("name={name},")))?;
-            let named: u16 = line
-                .split(',')
-                .find_map(|f| f.strip_prefix("address="))?
-                .rsplit_once(':')?
-                .1
-                .trim()
-                .parse()
-                .ok()?;
-            match agreed {
-                None => agreed = Some(named),
-                Some(p) if p == named => {}
-                Some(_) => return None,
-            }
-        }
-        agreed
-    }
-}
 
 pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     let name = format!("s8-{}", mode.name());
@@ -67,56 +15,21 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     // A master, two replicas, three Sentinels.
     make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
-    let mut replicas = Vec::new();
-    for r in ["r1", "r2"] {
-        let sub = dir.join(r);
-        make_dir(&sub)?;
-        let replica = Redis::start(&sub)?;
-        let port = master.port.to_string();
-        redis_cmd(replica.port, None, &["REPLICAOF", "127.0.0.1", &port])
-            .map_err(|e| format!("REPLICAOF on {r}: {e}"))?;
-        replicas.push(replica);
-    }
-    let mut sentinels = Sentinels(Vec::new());
-    for s in ["s1", "s2", "s3"] {
-        let started = sentinel::start(
-            &dir,
-            s,
-            MASTER,
-            (Ipv4Addr::LOCALHOST, master.port),
-            &[],
-            None,
-        )?;
-        register_pid(started.child.id() as i32, "redis-sentinel");
-        let port = started.port;
-        sentinels.0.push((started, port));
-    }
-    let expected: Vec<sentinel::Expected> = sentinels
-        .ports()
-        .into_iter()
-        .enumerate()
-        .map(|(i, port)| sentinel::Expected {
-            name: format!("s{}", i + 1),
-            port,
-            master: MASTER.into(),
-            replicas: 2,
-            sentinels: 2,
-            password: None,
-        })
-        .collect();
-    sentinel::wait_ready(&expected)?;
+    let replicas = start_replicas(&dir, &["r1", "r2"], "127.0.0.1", master.port, &[])?;
+    let watched = Watched {
+        name: MASTER,
+        host: "127.0.0.1",
+        port: master.port,
+        replicas: 2,
+    };
+    let sentinels = start_sentinels(&dir, &[watched], &[])?;
     let ports: Vec<u16> = std::iter::once(master.port)
         .chain(replicas.iter().map(|r| r.port))
         .collect();
 
     // The generated VCL, with the Sentinels before the database, every
     // server `type = auto`; `execute()` is `execute(master = true)`.
-    let locations = sentinels
-        .ports()
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let locations = sentinels.locations();
     let base = vcl(&so, master.port, std::slice::from_ref(&db), "s8 boot");
     let new_db = format!(
         "    new db = redis.db(location = \"127.0.0.1:{}\", type = master,",

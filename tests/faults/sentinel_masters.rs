@@ -41,81 +41,29 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
         let sub = dir.join(format!("m{i}"));
         make_dir(&sub)?;
         let master = Redis::start_with(&sub, &announce)?;
-        let sub = dir.join(format!("r{i}"));
-        make_dir(&sub)?;
-        let mut args = announce.to_vec();
-        args.extend([
-            "--replicaof".into(),
-            "localhost".into(),
-            master.port.to_string(),
-        ]);
-        replicas.push(Redis::start_with(&sub, &args)?);
+        let name = format!("r{i}");
+        replicas.extend(start_replicas(
+            &dir,
+            &[&name],
+            "localhost",
+            master.port,
+            &announce,
+        )?);
         masters.push(master);
     }
-    let linked = Instant::now() + Duration::from_secs(10);
-    while replicas.iter().any(|r| {
-        redis_cmd(r.port, None, &["INFO", "replication"])
-            .map_or(true, |i| !i.contains("master_link_status:up"))
-    }) {
-        if Instant::now() > linked {
-            return Err("replicas not linked within 10 s".into());
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    let mut sentinels = Sentinels(Vec::new());
-    for s in ["s1", "s2", "s3"] {
-        let one = sentinel::start(
-            &dir,
-            s,
-            MASTERS[0],
-            (Ipv4Addr::LOCALHOST, masters[0].port),
-            &[sentinel::BY_NAME.to_string()],
-            None,
-        )?;
-        register_pid(one.child.id() as i32, "redis-sentinel");
-        let port = one.port;
-        // The second master, by name too, with the first one's settings.
-        let m2 = masters[1].port.to_string();
-        let set = |args: &[&str]| {
-            redis_cmd(port, None, args)
-                .map_err(|e| format!("{s}: {}: {e}", args.join(" ")))
-                .and_then(|r| match r.starts_with('-') {
-                    true => Err(format!("{s}: {}: {r}", args.join(" "))),
-                    false => Ok(()),
-                })
-        };
-        sentinels.0.push((one, port));
-        set(&["SENTINEL", "MONITOR", MASTERS[1], "localhost", &m2, "2"])?;
-        set(&[
-            "SENTINEL",
-            "SET",
-            MASTERS[1],
-            "down-after-milliseconds",
-            &sentinel::DOWN_AFTER_MS.to_string(),
-            "failover-timeout",
-            "2000",
-            "parallel-syncs",
-            "2",
-        ])?;
-    }
-    let expected: Vec<sentinel::Expected> = MASTERS
+    let watched: Vec<Watched> = MASTERS
         .iter()
-        .flat_map(|master| {
-            sentinels
-                .ports()
-                .into_iter()
-                .enumerate()
-                .map(move |(i, port)| sentinel::Expected {
-                    name: format!("s{}", i + 1),
-                    port,
-                    master: master.to_string(),
-                    replicas: 1,
-                    sentinels: 2,
-                    password: None,
-                })
+        .zip(&masters)
+        .enumerate()
+        .map(|(i, (&name, master))| Watched {
+            name,
+            // The first from the Sentinels' configuration, by address.
+            host: if i == 0 { "127.0.0.1" } else { "localhost" },
+            port: master.port,
+            replicas: 1,
         })
         .collect();
-    sentinel::wait_ready(&expected)?;
+    let sentinels = start_sentinels(&dir, &watched, &[sentinel::BY_NAME.to_string()])?;
     let ports: Vec<u16> = masters
         .iter()
         .chain(replicas.iter())
@@ -124,11 +72,6 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
 
     // Both databases by name, every server `type = auto`.
     let base = vcl(&so, masters[0].port, &specs, "s12 boot");
-    let list: Vec<String> = sentinels
-        .ports()
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
     let mut text = base.clone();
     for (i, db) in DBS.iter().enumerate() {
         let line = format!(
@@ -139,7 +82,10 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
             return Err("s12: the generated VCL changed shape".into());
         }
         let watch = if i == 0 {
-            format!("    redis.sentinels(locations = \"{}\");\n", list.join(","))
+            format!(
+                "    redis.sentinels(locations = \"{}\");\n",
+                sentinels.locations()
+            )
         } else {
             String::new()
         };

@@ -734,6 +734,7 @@ fn queued() -> Reply {
 
 mod deadlines;
 mod learning;
+mod removed;
 mod state;
 
 /// A master swapped with its replica (as `FAILOVER` does) refuses the

@@ -1,0 +1,111 @@
+//! A server removed for good (Sentinel discovery no longer reports it):
+//! each worker closes its idle private connection to it at its next lease,
+//! rather than keep it until VCL cold or the budget evicts it.
+use super::*;
+use crate::connection::private::{Owner, PrivateConnections};
+use std::sync::{mpsc, Weak};
+
+/// Clients of `redis` other than the `CLIENT LIST` asking, once it
+/// counts `want` (a close reaches the server a moment after it), or after
+/// 2 s.
+fn clients_settle_at(redis: &RedisProcess, want: usize) -> usize {
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let count = redis
+            .cli(&["CLIENT", "LIST"])
+            .lines()
+            .count()
+            .saturating_sub(1);
+        if count == want || Instant::now() >= until {
+            return count;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A read (`master = false`): a replica first.
+fn read(db: &Database) -> Reply {
+    let mut command = Command::new(b"GET");
+    command.push(b"k");
+    db.execute(
+        &mut command,
+        false,
+        &mut TaskConnection::default(),
+        &mut |_| {},
+    )
+    .expect("read")
+}
+
+#[test]
+fn workers_close_their_connections_to_a_removed_replica_at_their_next_lease() {
+    let (master, replica) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let db = database(&master, |args| args.shared_connections = false);
+    let at: Location = replica.location().parse().unwrap();
+    db.add_discovered(&at, Role::Slave).unwrap();
+    let (to_worker, worker_gets) = mpsc::channel::<()>();
+    let (to_main, main_gets) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        // Moved in: a failed check drops the sender, and the worker ends.
+        let to_worker = to_worker;
+        // Another worker thread, with a list of its own.
+        let (db, to_main) = (&db, to_main);
+        scope.spawn(move || {
+            for _ in 0..2 {
+                if worker_gets.recv().is_err() {
+                    return;
+                }
+                read(db);
+                to_main.send(()).unwrap();
+            }
+            // Alive (its list kept) until the end.
+            let _ = worker_gets.recv();
+        });
+        read(db);
+        to_worker.send(()).unwrap();
+        main_gets.recv().unwrap();
+        assert_eq!(clients_settle_at(&replica, 2), 2);
+        assert!(db.remove_discovered(&at));
+        // Nobody leased since: still open.
+        assert_eq!(clients_settle_at(&replica, 2), 2);
+        // This thread's next lease (on the master) closes its own.
+        read(db);
+        assert_eq!(clients_settle_at(&replica, 1), 1);
+        to_worker.send(()).unwrap();
+        main_gets.recv().unwrap();
+        assert_eq!(clients_settle_at(&replica, 0), 0);
+        to_worker.send(()).unwrap();
+    });
+    // Reported again: back under its id, used as before.
+    db.add_discovered(&at, Role::Slave).unwrap();
+    read(&db);
+    read(&db);
+    assert_eq!(clients_settle_at(&replica, 1), 1);
+}
+
+/// A connection leased before its server was retired, given back after,
+/// is closed; once the server is reinstated (added back under its id),
+/// connections are kept again.
+#[test]
+fn a_connection_given_back_to_a_retired_server_is_closed() {
+    let redis = RedisProcess::start(&[]);
+    let connector = database(&redis, |_| {}).connector(&redis.location().parse().unwrap());
+    let connect = || connector.connect(&Stats::default()).unwrap();
+    let lists = PrivateConnections::default();
+    let owner = Owner { db: 1, server: 0 };
+    let other = Owner { db: 1, server: 1 };
+    lists.give_back(owner, Weak::new(), connect(), 4);
+    lists.give_back(other, Weak::new(), connect(), 4);
+    let leased = connect();
+    assert_eq!(clients_settle_at(&redis, 3), 3);
+    lists.retire(owner);
+    lists.retire(owner);
+    lists.give_back(owner, Weak::new(), leased, 4);
+    // The idle one and the one given back are closed; the other server's
+    // is kept.
+    assert_eq!(clients_settle_at(&redis, 1), 1);
+    assert!(lists.take(owner).is_none());
+    assert!(lists.take(other).is_some());
+    lists.reinstate(owner);
+    lists.give_back(owner, Weak::new(), connect(), 4);
+    assert!(lists.take(owner).is_some());
+}
