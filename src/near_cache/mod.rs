@@ -57,7 +57,8 @@
 //! and the `PTTL` of a fill is paid only by keys read again.
 //!
 //! **Memory.** 64 shards, each with a lock of its own (no lock every
-//! worker contends on) and 1/64 of the byte budget; past it, keys are
+//! worker contends on) and 1/64 of the byte budget, reads in flight
+//! (pending entries) included; past it, keys are
 //! evicted in CLOCK order (second chance: a key read since it was last
 //! passed over stays), which approximates LRU without a write on a hit.
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -314,7 +315,11 @@ impl NearCache {
         held.bytes += size;
         self.stats.inc(Counter::NearCacheEntries);
         self.stats.add(Counter::NearCacheBytes, size as u64);
+        // A pending entry is memory too: with hundreds of reads in
+        // flight, waiting for a fill to evict would go past the budget.
+        let unlinks = self.evict(held);
         drop(shard);
+        self.unlink_all(unlinks);
         for other in others.iter() {
             self.link(other, ticket);
         }

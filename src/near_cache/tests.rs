@@ -703,3 +703,26 @@ fn a_reply_past_the_shard_budget_evicts_nothing_else() {
     }
     assert_eq!(get(&cache, Counter::NearCacheEvictions), 0);
 }
+
+/// Measured under 400 clients (S2 read-heavy, 16 KB values, a 1 MiB
+/// budget): `bytes` peaked past the budget. Pending entries (reads in
+/// flight) count in the shard's bytes, and nothing evicted for them
+/// until a fill completed: 400 reads in flight went past it.
+#[test]
+fn reads_in_flight_keep_within_the_budget() {
+    let budget = SHARDS * 1_000;
+    let cache = cache(budget);
+    let mut fills = Vec::new();
+    for i in 0..2_000 {
+        let key = format!("k{i}");
+        // Each a ticket, never completed yet.
+        fills.push(ticket(&cache, &key, &format!("GET {key}"), false));
+        let bytes = get(&cache, Counter::NearCacheBytes) as usize;
+        assert!(bytes <= budget, "{bytes} > {budget} after {i} tickets");
+    }
+    for fill in fills {
+        cache.complete(fill, from_master(&s("v")));
+    }
+    assert!(get(&cache, Counter::NearCacheBytes) as usize <= budget);
+    assert_accounted(&cache);
+}
