@@ -191,6 +191,7 @@ mod servers;
 mod setup;
 mod soak;
 mod staleness;
+mod staleness_history;
 mod staleness_topologies;
 #[path = "../support/mod.rs"]
 mod support;

@@ -1,6 +1,7 @@
 //! Scenario 13 across topologies: the staleness load of `staleness.rs`
 //! through reads served by a replica, a Sentinel failover, and a cluster
 //! resharding.
+use super::staleness_history::checker_self_test;
 use super::*;
 use std::sync::atomic::AtomicU16;
 
