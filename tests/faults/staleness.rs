@@ -367,6 +367,7 @@ fn reader(
     let mut reads = Vec::with_capacity(8192);
     let (mut unanswered, mut bad_status) = (0, 0);
     let mut conn: Option<BufReader<TcpStream>> = None;
+    let any_server = path.contains("/rget/");
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ (r as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
     while !stop.load(Ordering::Relaxed) {
         rng ^= rng << 13;
@@ -394,12 +395,14 @@ fn reader(
                         start,
                         end,
                         value: None,
+                        any_server,
                     }),
                     (true, Some(v)) if v.parse::<u64>().is_ok() => reads.push(Read {
                         key,
                         start,
                         end,
                         value: v.parse().ok(),
+                        any_server,
                     }),
                     _ => unanswered += 1,
                 }

@@ -37,6 +37,8 @@ pub(crate) struct Read {
     pub(crate) end: u64,
     /// `None`: nil.
     pub(crate) value: Option<u64>,
+    /// Read with `execute(false)`: a replica may have served it.
+    pub(crate) any_server: bool,
 }
 
 /// What the clients logged.
@@ -201,11 +203,16 @@ pub(crate) fn check_history(h: &History) -> Verdict {
         verdict.windows.push((window, read.start, read.key));
         if window > staleness_bound().as_micros() as u64 {
             verdict.failures.push(format!(
-                "key {} read {} at {:.3} s (answered at {:.3} s), overwritten {:.1} ms before",
+                "key {} read {} at {:.3} s (answered at {:.3} s){}, overwritten {:.1} ms before",
                 read.key,
                 read.value.map_or("nil".to_string(), |v| v.to_string()),
                 read.start as f64 / 1e6,
                 read.end as f64 / 1e6,
+                if read.any_server {
+                    " with execute(false)"
+                } else {
+                    ""
+                },
                 window as f64 / 1000.0
             ));
         }
@@ -232,6 +239,7 @@ pub(crate) fn checker_self_test() -> Res<()> {
         start,
         end: start + ms,
         value,
+        any_server: false,
     };
     let history = History {
         writes: vec![
