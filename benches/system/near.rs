@@ -32,18 +32,18 @@ pub(crate) enum S2Variant {
 pub(crate) enum NearColumn {
     /// The same VCL, no Redis call.
     Ceiling,
-    /// Private connections, `near_cache` on.
-    Near,
+    /// Private connections, `near_cache` of this many MiB.
+    Near(u32),
     /// Private connections, no near cache.
     Private,
 }
 
 impl NearColumn {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
-            NearColumn::Ceiling => "no Redis (ceiling)",
-            NearColumn::Near => "private + near_cache 64 MB",
-            NearColumn::Private => "private",
+            NearColumn::Ceiling => "no Redis (ceiling)".into(),
+            NearColumn::Near(mib) => format!("private + near_cache {mib} MiB"),
+            NearColumn::Private => "private".into(),
         }
     }
 }
@@ -54,11 +54,12 @@ pub(crate) struct NearRuns {
     pub(crate) runs: Vec<(NearColumn, Vec<Run>)>,
 }
 
-fn db_vcl(redis: &Redis, near: bool) -> Res<String> {
+fn db_vcl(redis: &Redis, near_mib: Option<u32>) -> Res<String> {
     let (location, _) = redis.location(Transport::Tcp)?;
     let mut db = DbSpec::master(&location, 0, false, 1);
-    if near {
-        db.extra.push(format!("near_cache={NEAR_CACHE_BYTES}"));
+    if let Some(mib) = near_mib {
+        db.extra
+            .push(format!("near_cache={}", u64::from(mib) << 20));
     }
     Ok(db.vcl())
 }
@@ -114,8 +115,14 @@ pub(crate) fn write_heavy_vcl(import: &str, db: &str) -> String {
 }
 
 fn finish_vcl(import: &str, db: &str, body: &str) -> String {
+    // `/near-cache`: its gauges and evictions (a near-cache column only:
+    // elsewhere the counters are 0), for [`super::s2::measure`]'s samples.
     format!(
-        "{} else {{
+        "{} elsif (req.url == \"/near-cache\") {{
+        synthetic(\"\" + db.counter(\"ext.near_cache.bytes\") + \" \" +
+            db.counter(\"ext.near_cache.entries\") + \" \" +
+            db.counter(\"ext.near_cache.evictions\"));
+    }} else {{
 {body}        synthetic(\"\");
     }}
 
@@ -126,13 +133,19 @@ fn finish_vcl(import: &str, db: &str, body: &str) -> String {
     )
 }
 
-/// Every hot key, value "Hello world!", by MSET of 1,000.
-fn preload(redis: &mut Redis) -> Res<()> {
+/// Every hot key, by MSET of 1,000: "Hello world!", or `value_bytes`
+/// of it repeated when that is not 12.
+fn preload(redis: &mut Redis, value_bytes: u32) -> Res<()> {
+    let value: String = "Hello world!"
+        .chars()
+        .cycle()
+        .take(value_bytes as usize)
+        .collect();
     for prefix in HOT_PREFIXES {
         let mut args = vec!["MSET".to_owned()];
         for i in 0..1000 {
             args.push(format!("{prefix}{i:03}"));
-            args.push("Hello world!".to_owned());
+            args.push(value.clone());
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Resp::Error(e) = redis.probe().command(&args)? {
@@ -148,18 +161,26 @@ pub(crate) fn run_near_s2(
     redis: &mut Redis,
     variant: S2Variant,
 ) -> Res<NearRuns> {
-    let columns: &[NearColumn] = match variant {
-        S2Variant::ReadHeavy => &[NearColumn::Ceiling, NearColumn::Near, NearColumn::Private],
-        _ => &[NearColumn::Near, NearColumn::Private],
+    let near = o.near_cache_mib.iter().map(|&mib| NearColumn::Near(mib));
+    let columns: Vec<NearColumn> = match variant {
+        S2Variant::ReadHeavy => std::iter::once(NearColumn::Ceiling)
+            .chain(near)
+            .chain([NearColumn::Private])
+            .collect(),
+        _ => near.chain([NearColumn::Private]).collect(),
     };
     if variant == S2Variant::ReadHeavy {
-        preload(redis)?;
+        preload(redis, o.s2_value_bytes)?;
     }
     let import = env.import_line(Vmod::Ours);
     let mut runs: Vec<(NearColumn, Vec<Run>)> = columns.iter().map(|&c| (c, Vec::new())).collect();
     for rep in 0..o.s2_reps {
         for (column, column_runs) in &mut runs {
-            let db = db_vcl(redis, *column == NearColumn::Near)?;
+            let near_mib = match column {
+                NearColumn::Near(mib) => Some(*mib),
+                _ => None,
+            };
+            let db = db_vcl(redis, near_mib)?;
             let vcl = match variant {
                 S2Variant::WriteHeavy => write_heavy_vcl(&import, &db),
                 _ => read_heavy_vcl(&import, &db, *column != NearColumn::Ceiling),
@@ -176,14 +197,14 @@ pub(crate) fn run_near_s2(
                     "s2r"
                 },
                 match column {
-                    NearColumn::Ceiling => "none",
-                    NearColumn::Near => "near",
-                    NearColumn::Private => "private",
+                    NearColumn::Ceiling => "none".to_owned(),
+                    NearColumn::Near(mib) => format!("near{mib}m"),
+                    NearColumn::Private => "private".to_owned(),
                 }
             );
             let run = measure(o, env, redis, &label, &vcl)?;
             eprintln!(
-                "system: {:?} {:28} #{}: {:8.0} req/s, non-2xx {}, {:.1} us CPU/req, redis {} cmds ({:.3} per req), {:.2} us redis CPU/req",
+                "system: {:?} {:28} #{}: {:8.0} req/s, non-2xx {}, {:.1} us CPU/req, redis {} cmds ({:.3} per req), {:.2} us redis CPU/req, RSS {} kB (peak {} kB){}",
                 variant,
                 column.label(),
                 rep + 1,
@@ -192,8 +213,22 @@ pub(crate) fn run_near_s2(
                 run.cpu_us_per_req,
                 opt(run.redis_cmds()),
                 redis_cmds_per_req(&run),
-                redis_cpu_us_per_req(&run)
+                redis_cpu_us_per_req(&run),
+                opt(run.rss_kb),
+                opt(run.rss_peak_kb),
+                run.near.map_or(String::new(), |n| format!(
+                    ", near_cache bytes {} (peak {}), entries {}, evictions {}",
+                    n.bytes, n.peak_bytes, n.entries, n.evictions
+                ))
             );
+            // RSS over the run, a sample a second: does it level off?
+            let series: Vec<String> = run
+                .rss_samples_kb
+                .iter()
+                .step_by(5)
+                .map(|kb| format!("{:.0}", *kb as f64 / 1024.0))
+                .collect();
+            eprintln!("system:   RSS MiB, a second apart: {}", series.join(" "));
             column_runs.push(run);
         }
     }
@@ -231,7 +266,7 @@ pub(crate) fn near_s2_section(r: &mut String, n: &NearRuns, o: &Opts) {
     );
     let _ = writeln!(
         r,
-        "| column | req/s | min-max | non-2xx | varnishd CPU µs/req | Redis cmds/req | Redis CPU µs/req |\n|---|---|---|---|---|---|---|"
+        "| column | req/s | min-max | non-2xx | varnishd CPU µs/req | Redis cmds/req | Redis CPU µs/req | RSS MiB end / peak | near_cache bytes peak (MiB) | evictions |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     let median_of = |runs: &[Run], what: &dyn Fn(&Run) -> f64| {
         median(&runs.iter().map(what).collect::<Vec<_>>())
@@ -239,9 +274,14 @@ pub(crate) fn near_s2_section(r: &mut String, n: &NearRuns, o: &Opts) {
     for (column, runs) in &n.runs {
         let rps: Vec<f64> = runs.iter().map(|r| r.load.rps).collect();
         let (lo, hi) = min_max(&rps);
+        let mib = |kb: &[u64]| f(kb.iter().copied().max().unwrap_or(0) as f64 / 1024.0, 1);
+        let rss: Vec<u64> = runs.iter().filter_map(|r| r.rss_kb).collect();
+        let rss_peak: Vec<u64> = runs.iter().filter_map(|r| r.rss_peak_kb).collect();
+        let near: Vec<NearSample> = runs.iter().filter_map(|r| r.near).collect();
+        let near_peak = near.iter().map(|n| n.peak_bytes).max();
         let _ = writeln!(
             r,
-            "| {} | {} | {}-{} | {} | {} | {} | {} |",
+            "| {} | {} | {}-{} | {} | {} | {} | {} | {} / {} | {} | {} |",
             column.label(),
             f(median(&rps), 0),
             f(lo, 0),
@@ -249,7 +289,14 @@ pub(crate) fn near_s2_section(r: &mut String, n: &NearRuns, o: &Opts) {
             runs.iter().map(|r| r.load.non2xx).sum::<u64>(),
             f(median_of(runs, &|r| r.cpu_us_per_req), 1),
             f(median_of(runs, &redis_cmds_per_req), 3),
-            f(median_of(runs, &redis_cpu_us_per_req), 2)
+            f(median_of(runs, &redis_cpu_us_per_req), 2),
+            mib(&rss),
+            mib(&rss_peak),
+            near_peak.map_or("–".into(), |b| f(b as f64 / 1048576.0, 2)),
+            near.iter()
+                .map(|n| n.evictions)
+                .max()
+                .map_or("–".into(), |e| e.to_string())
         );
     }
     let rps_of = |c: NearColumn| {
@@ -260,7 +307,11 @@ pub(crate) fn near_s2_section(r: &mut String, n: &NearRuns, o: &Opts) {
                 median(&runs.iter().map(|r| r.load.rps).collect::<Vec<_>>())
             })
     };
-    let near = rps_of(NearColumn::Near);
+    let near = n
+        .runs
+        .iter()
+        .find_map(|(c, _)| matches!(c, NearColumn::Near(_)).then_some(*c))
+        .map_or(f64::NAN, rps_of);
     let line = match n.variant {
         S2Variant::ReadHeavy => {
             let ceiling = rps_of(NearColumn::Ceiling);
@@ -277,6 +328,41 @@ pub(crate) fn near_s2_section(r: &mut String, n: &NearRuns, o: &Opts) {
     };
     let _ = writeln!(r, "\n{line}\n");
     eprintln!("system: {line}");
+    // Memory: the budget holds, and RSS stays within it plus what the
+    // same load costs without a near cache.
+    let peak_rss = |c: NearColumn| {
+        n.runs
+            .iter()
+            .find(|(col, _)| *col == c)
+            .and_then(|(_, runs)| runs.iter().filter_map(|r| r.rss_peak_kb).max())
+    };
+    let private = peak_rss(NearColumn::Private);
+    for (column, runs) in &n.runs {
+        let NearColumn::Near(mib) = *column else {
+            continue;
+        };
+        let budget = u64::from(mib) << 20;
+        let peak = runs
+            .iter()
+            .filter_map(|r| r.near.map(|n| n.peak_bytes))
+            .max();
+        let over = match (peak_rss(*column), private) {
+            (Some(a), Some(b)) => f((a as f64 - b as f64) / 1024.0, 1),
+            _ => "–".into(),
+        };
+        let line = format!(
+            "{}: near_cache bytes peak {} of a budget of {budget} ({}); RSS peak over the private column's: {over} MiB",
+            column.label(),
+            opt(peak),
+            match peak {
+                Some(p) if p <= budget => "held",
+                Some(_) => "EXCEEDED",
+                None => "not sampled",
+            }
+        );
+        let _ = writeln!(r, "{line}\n");
+        eprintln!("system: {line}");
+    }
 }
 
 /// S1 of a GET, cached and not.

@@ -28,6 +28,10 @@ pub(crate) struct Opts {
     pub(crate) s2_cluster: bool,
     /// [ext] near cache: S2 read-heavy or write-heavy instead of seed 000's.
     pub(crate) s2_variant: S2Variant,
+    /// [ext] near cache: the budgets (MiB) of the near-cache columns.
+    pub(crate) near_cache_mib: Vec<u32>,
+    /// [ext] near cache: bytes of each preloaded hot key's value.
+    pub(crate) s2_value_bytes: u32,
     /// [ext] near cache: S1 of a cached GET beside an uncached one,
     /// instead of seed 001's cells.
     pub(crate) s1_cached: bool,
@@ -56,6 +60,9 @@ usage: cargo bench --bench system -- [options]
                       with type=cluster, keys per request
   --s2-read-heavy     S2 as 3 GETs of 3,000 hot keys per request, ours only: no Redis
                       (the ceiling), private + near_cache 64 MB, private
+  --near-cache-mib LIST  near cache budgets (MiB) of --s2-read-heavy / --s2-write-heavy,
+                      a column each (default 64)
+  --s2-value-bytes N  --s2-read-heavy: bytes of each hot key's value (default 12)
   --s2-write-heavy    S2 as SET + GET of a fresh key per request, ours only: private
                       with and without near_cache (tracking on, nothing hits)
   --s1-cached         S1 as N GETs of one key, ours only: near cache hits against
@@ -92,6 +99,8 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         s2_columns: None,
         s2_cluster: false,
         s2_variant: S2Variant::Seed,
+        near_cache_mib: vec![64],
+        s2_value_bytes: 12,
         s1_cached: false,
         pin: false,
         rb_requests: if quick { 5_000 } else { 30_000 },
@@ -145,6 +154,15 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
                 o.s2_conns = number("--s2-conns", value("--s2-conns")?)?;
                 // wrk needs a connection per thread at least.
                 o.s2_threads = o.s2_threads.min(o.s2_conns.max(1));
+            }
+            "--near-cache-mib" => {
+                o.near_cache_mib = value("--near-cache-mib")?
+                    .split(',')
+                    .map(|n| number("--near-cache-mib", n.trim().to_owned()))
+                    .collect::<Res<_>>()?;
+            }
+            "--s2-value-bytes" => {
+                o.s2_value_bytes = number("--s2-value-bytes", value("--s2-value-bytes")?)?;
             }
             "--s2-reps" => o.s2_reps = number("--s2-reps", value("--s2-reps")?)? as usize,
             "--s2-columns" => {

@@ -142,7 +142,72 @@ pub(crate) struct Run {
     pub(crate) blocked: Option<u64>,
     pub(crate) cmds_failed: Option<u64>,
     pub(crate) rss_kb: Option<u64>,
+    /// The child's VmRSS, sampled through the measured run: the highest,
+    /// and every sample (200 ms apart).
+    pub(crate) rss_peak_kb: Option<u64>,
+    pub(crate) rss_samples_kb: Vec<u64>,
+    /// [ext] The near cache's gauges, sampled likewise (`/near-cache` of
+    /// the near-cache VCLs; `None` elsewhere).
+    pub(crate) near: Option<NearSample>,
     pub(crate) cpu_us_per_req: f64,
+}
+
+/// [ext] What the samples of a run saw of its near cache.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NearSample {
+    /// `ext.near_cache.bytes`: the highest sampled, and at the end.
+    pub(crate) peak_bytes: u64,
+    pub(crate) bytes: u64,
+    pub(crate) entries: u64,
+    pub(crate) evictions: u64,
+}
+
+/// Samples the child's RSS and the near cache's gauges every 200 ms
+/// until stopped: the peaks, and the last gauges.
+struct Sampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Vec<u64>, Option<NearSample>)>,
+}
+
+impl Sampler {
+    fn start(pid: i32, port: u16) -> Sampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut rss, mut near): (Vec<u64>, Option<NearSample>) = (Vec::new(), None);
+            loop {
+                let last = stopped.load(std::sync::atomic::Ordering::Relaxed);
+                if let Some(kb) = support::proc_status(pid, "VmRSS") {
+                    rss.push(kb);
+                }
+                if let Ok((200, body)) = http_get(port, "/near-cache") {
+                    let n: Vec<u64> = body
+                        .split_whitespace()
+                        .filter_map(|v| v.parse().ok())
+                        .collect();
+                    if let [bytes, entries, evictions] = n[..] {
+                        let peak = near.map_or(bytes, |s| s.peak_bytes.max(bytes));
+                        near = Some(NearSample {
+                            peak_bytes: peak,
+                            bytes,
+                            entries,
+                            evictions,
+                        });
+                    }
+                }
+                if last {
+                    return (rss, near);
+                }
+                sleep(Duration::from_millis(200));
+            }
+        });
+        Sampler { stop, thread }
+    }
+
+    fn finish(self) -> (Vec<u64>, Option<NearSample>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
 }
 
 impl Run {
@@ -268,6 +333,7 @@ pub(crate) fn measure(
     let mut cmd = wrk_cmd(o.pin, o.s2_threads, o.s2_conns, o.s2_secs, &url);
     record("S2", &cmd);
     let wrk = spawn(&mut cmd, "wrk")?;
+    let sampler = Sampler::start(v.cache, v.port);
     sleep(Duration::from_millis(u64::from(o.s2_secs) * 500));
     let threads_mid = v.varnishstat("MAIN.threads");
     let redis_clients_mid = redis.clients();
@@ -277,6 +343,8 @@ pub(crate) fn measure(
     if !out.status.success() {
         return Err(format!("wrk failed:\n{text}"));
     }
+    let (rss_samples_kb, near) = sampler.finish();
+    let rss_peak_kb = rss_samples_kb.iter().copied().max();
     let load = parse_wrk(&text)?;
     let cpu1 = v.cpu();
     let redis_use = redis0.and_then(|before| redis.usage(&before));
@@ -296,6 +364,9 @@ pub(crate) fn measure(
             .map(|(a, b)| a.saturating_sub(b)),
         cmds_failed: json_number(&json, "\"commands\"", "failed"),
         rss_kb,
+        rss_peak_kb,
+        rss_samples_kb,
+        near,
     };
     Ok(run)
 }

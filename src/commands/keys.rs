@@ -180,20 +180,20 @@ impl Found<'_> {
         entry_keys(entry, &args, &mut |at| each(args[at]));
     }
 
-    /// The one key of `command` when its reply may be kept in a near
-    /// cache ([`super::model::Entry::cacheable`]): a command of several
-    /// keys (or the same key twice) is not kept.
-    pub(crate) fn cached_key<'c>(&self, command: &'c Command) -> Option<&'c [u8]> {
+    /// The keys of `command`, each once, in order, when its reply may be
+    /// kept in a near cache ([`super::model::Entry::cacheable`]; `None`
+    /// without keys).
+    pub(crate) fn cached_keys<'c>(&self, command: &'c Command) -> Option<Vec<&'c [u8]>> {
         if !self.entry?.cacheable || self.container_only {
             return None;
         }
-        let mut found: Option<&'c [u8]> = None;
-        let mut count = 0;
+        let mut keys: Vec<&'c [u8]> = Vec::new();
         self.each_key(command, &mut |key| {
-            count += 1;
-            found = Some(key);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
         });
-        found.filter(|_| count == 1)
+        (!keys.is_empty()).then_some(keys)
     }
 
     /// What `command` may change, for a near cache to forget (see

@@ -137,8 +137,8 @@ impl Database {
         let in_multi = task.session.in_multi();
         let near_cache = self.near_cache.as_ref().filter(|_| task.pinned.is_none());
         let fill = match near_cache.and_then(|cache| {
-            let key = found.cached_key(command)?;
-            Some(cache.lookup(key, command.body(), master))
+            let keys = found.cached_keys(command)?;
+            Some(cache.lookup(&keys, command.body(), master))
         }) {
             Some(Lookup::Hit(reply)) => return Ok(reply),
             Some(Lookup::Miss(fill)) => fill,
@@ -168,7 +168,7 @@ impl Database {
                 (Ok(reply), Some(served))
                     if served.tracked && !matches!(reply, Reply::Error(_)) =>
                 {
-                    self.expiry_of(fill.key(), x).map(|expires| Filled {
+                    self.expiry_of(fill.keys(), x).map(|expires| Filled {
                         reply,
                         from_master: served.master,
                         expires,
@@ -193,11 +193,29 @@ impl Database {
         result
     }
 
-    /// [ext] When `key`, just read for the near cache, expires: its
-    /// `PTTL`, asked next (bounded by what is left of the execution's
-    /// deadline, no retry), counted as any command. `Some(None)`: no TTL
-    /// (or no key); `None`: unknown, so not kept.
-    fn expiry_of(&self, key: &[u8], x: &mut Execution) -> Option<Option<Instant>> {
+    /// [ext] When the first of `keys`, just read for the near cache,
+    /// expires: their `PTTL`s, asked next, one by one (bounded by what is
+    /// left of the execution's deadline, no retry), counted as any
+    /// command. `Some(None)`: none has a TTL (or is there); `None`:
+    /// unknown, so not kept.
+    fn expiry_of<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        x: &mut Execution,
+    ) -> Option<Option<Instant>> {
+        let mut first: Option<Instant> = None;
+        for key in keys {
+            let expires = self.pttl(key, x)?;
+            first = match (first, expires) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Some(first)
+    }
+
+    /// When `key` expires (see [`Database::expiry_of`]).
+    fn pttl(&self, key: &[u8], x: &mut Execution) -> Option<Option<Instant>> {
         let mut pttl = Command::new(b"PTTL");
         pttl.push(key);
         pttl.retries = Some(0);

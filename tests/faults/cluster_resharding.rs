@@ -3,7 +3,7 @@
 use super::*;
 
 /// Slots moved: m0's first ones.
-const MOVED: std::ops::Range<u16> = 0..100;
+pub(crate) const MOVED: std::ops::Range<u16> = 0..100;
 /// Tags of the load in the moved range, on m0 outside it, on m1, on m2.
 const TAGS: [usize; 4] = [6, 2, 2, 2];
 /// Keys per `MIGRATE` (`redis-cli --cluster reshard`'s default pipeline).
@@ -12,15 +12,15 @@ const BATCH: &str = "10";
 const TAIL: f64 = 3.0;
 
 /// The resharding: a connection to each master, what it moved.
-struct Resharding<'a> {
+pub(crate) struct Resharding<'a> {
     nodes: &'a Nodes,
     masters: Vec<(&'static str, RedisConn)>,
-    keys: usize,
-    batches: usize,
+    pub(crate) keys: usize,
+    pub(crate) batches: usize,
 }
 
 impl<'a> Resharding<'a> {
-    fn open(nodes: &'a Nodes) -> Res<Resharding<'a>> {
+    pub(crate) fn open(nodes: &'a Nodes) -> Res<Resharding<'a>> {
         let mut masters = Vec::new();
         for m in ["m0", "m1", "m2"] {
             let conn = RedisConn::open(nodes.port(m)).map_err(|e| format!("{m}: {e}"))?;
@@ -48,7 +48,7 @@ impl<'a> Resharding<'a> {
     /// `from`, the keys in batches (`GETKEYSINSLOT`, `MIGRATE ... KEYS`)
     /// until none is left, then the slot given to `to` on `to`, on
     /// `from`, and on the other masters.
-    fn move_slot(&mut self, slot: u16, from: &str, to: &str) -> Res<()> {
+    pub(crate) fn move_slot(&mut self, slot: u16, from: &str, to: &str) -> Res<()> {
         let nodes = self.nodes;
         let slot = slot.to_string();
         let to_port = nodes.port(to).to_string();

@@ -85,7 +85,17 @@ impl SlotOwners {
 /// forms the cluster, and starts varnishd with a `type = cluster`
 /// database seeded with m0: both timeouts 200 ms, 1 retry.
 pub(crate) fn start(name: &str, mode: Mode, extra: &[&str]) -> Res<(Setup, Nodes, DbSpec)> {
-    let mut db = DbSpec::new("db", mode);
+    start_with(name, DbSpec::new("db", mode), extra)
+}
+
+/// [`start`] with `db` (its mode, its near cache) as the base of the
+/// database.
+pub(crate) fn start_with(
+    name: &str,
+    mut db: DbSpec,
+    extra: &[&str],
+) -> Res<(Setup, Nodes, DbSpec)> {
+    let mode = db.mode;
     db.cluster = true;
     db.connection_timeout = 200;
     db.command_timeout = 200;

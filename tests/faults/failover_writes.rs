@@ -133,27 +133,10 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     // The generated VCL, every server `type = auto`, the Sentinels (if
     // any) before the database.
     let base = vcl(&so, master.port, std::slice::from_ref(&db), "s11 boot");
-    let new_db = format!(
-        "    new db = redis.db(location = \"127.0.0.1:{}\", type = master,",
-        master.port
-    );
-    if !base.contains(&new_db) || !base.contains("}\n\nsub vcl_recv") {
-        return Err("s11: the generated VCL changed shape".into());
-    }
-    let watch = sentinels.as_ref().map_or(String::new(), |s| {
-        format!("    redis.sentinels(locations = \"{}\");\n", s.locations())
-    });
-    let add: String = replicas
-        .iter()
-        .map(|r| format!("    db.add_server(\"127.0.0.1:{}\", auto);\n", r.port))
-        .collect();
-    let text = base
-        .replacen(
-            &new_db,
-            &format!("{watch}{}", new_db.replace("type = master", "type = auto")),
-            1,
-        )
-        .replacen("}\n\nsub vcl_recv", &format!("{add}}}\n\nsub vcl_recv"), 1);
+    let sentinel_ports = sentinels.as_ref().map_or(Vec::new(), |s| s.ports());
+    let replica_ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+    let text = vcl_with_servers(&base, master.port, &sentinel_ports, &replica_ports)
+        .map_err(|e| format!("s11: {e}"))?;
     let varnish = Varnish::start(&dir, &text)?;
     let _ = http_get(varnish.port, "/db/stats");
     thread::sleep(Duration::from_millis(500));

@@ -120,6 +120,21 @@
 //!   staleness windows seen are reported (p50, p99, worst); at least a
 //!   quarter of the reads are near-cache hits. On a failure the whole
 //!   history goes to `staleness-history.txt` in the trial's directory.
+//! * `s13.near-cache-staleness.{replica,sentinel-failover,resharding}.shared`
+//!   (`staleness_topologies.rs`): the same load and checks, 10 s, across
+//!   topologies. `.replica`: a master and its replica, every read with
+//!   `execute(false)`, served by the replica (tracked there), the writes
+//!   on the master; every read answered. `.sentinel-failover`: a master,
+//!   a replica, three Sentinels, half the readers with `execute(false)`,
+//!   half through the master; at 3 s the writes pause (the replica
+//!   caught up: `WAIT`), `SENTINEL FAILOVER`, the old master made the new
+//!   one's replica (as Sentinel does at its next `INFO`, up to 10 s
+//!   later: a master of its own meanwhile, stale with or without a
+//!   cache) and in sync, then the writes resume on the new master.
+//!   `.resharding`: the cluster of s10, the keys on 10 tags (6 in slots
+//!   0-99), direct writes following `MOVED`/`ASK`; slots 0-99 moved from
+//!   m0 to m1 at 2 s as s10 moves them. Topology trials: skipped by
+//!   `scripts/test --platform`.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -176,6 +191,8 @@ mod servers;
 mod setup;
 mod soak;
 mod staleness;
+mod staleness_history;
+mod staleness_topologies;
 #[path = "../support/mod.rs"]
 mod support;
 mod varnish;
@@ -201,6 +218,7 @@ use servers::*;
 use setup::*;
 use soak::*;
 use staleness::*;
+use staleness_topologies::*;
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -296,6 +314,18 @@ fn main() {
     trials.push(Trial::test(
         "s13.near-cache-staleness.restart.shared",
         || s13_near_cache_staleness(Mode::Shared, StaleEvent::Restart),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.replica.shared",
+        || s13_near_cache_staleness_replica(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.sentinel-failover.shared",
+        || s13_near_cache_staleness_failover(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.resharding.shared",
+        || s13_near_cache_staleness_resharding(Mode::Shared),
     ));
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(

@@ -122,6 +122,32 @@ impl Setup {
         Ok(setup)
     }
 
+    /// varnishd from `dir` with the VCL `text`, in front of `redis` and
+    /// the other servers of `ports` (all of them, for the baseline).
+    pub(crate) fn with_vcl(
+        name: &str,
+        dir: &Path,
+        redis: Redis,
+        text: &str,
+        ports: &[u16],
+    ) -> Res<Setup> {
+        let varnish = Varnish::start(dir, text)?;
+        let _ = http_get(varnish.port, "/db/stats");
+        thread::sleep(Duration::from_millis(500));
+        let idle = settled_all(&varnish, ports);
+        let errlog = ErrorLog::start(&varnish, dir)?;
+        let setup = Setup {
+            name: name.to_string(),
+            redis,
+            varnish,
+            errlog,
+            idle,
+            failures: Vec::new(),
+        };
+        setup.say(format!("child idle: {idle}"));
+        Ok(setup)
+    }
+
     pub(crate) fn say(&self, line: impl AsRef<str>) {
         println!("[{}] {}", self.name, line.as_ref());
     }

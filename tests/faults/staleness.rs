@@ -8,20 +8,15 @@
 //! (no persistence: it comes back empty, like a flush). Every read is
 //! logged with its start, end and value, every write with its start and
 //! acknowledgement; then each read is checked against the history.
+use super::staleness_history::{
+    check_history, checker_self_test, staleness_bound, History, Read, Reset, Write,
+};
 use super::*;
 use std::sync::Mutex;
 
-/// A read may return a value overwritten at most this long before it
-/// began: the invalidation delay bound, with room for a busy 2-core
-/// machine (the tracking thread waits its turn among 400 others: seen
-/// up to 290 ms with a load average of 34). `FAULTS_STALENESS_MS`
-/// overrides it (default 300).
-fn staleness_bound() -> Duration {
-    Duration::from_millis(env_u64("FAULTS_STALENESS_MS", 300))
-}
 const READERS: usize = 100;
 const WRITERS: usize = 4;
-const KEYS: usize = 40;
+pub(crate) const KEYS: usize = 40;
 /// A writer's pause between two writes: each key changes about every
 /// `KEYS / WRITERS` x this (1 s), much longer than the bound, so that an
 /// invalidation lost would leave its key stale past the bound (the next
@@ -36,87 +31,267 @@ pub(crate) enum StaleEvent {
     Restart,
 }
 
-/// One write of `version` to key `key`; times in µs since the load began.
-#[derive(Clone, Copy)]
-struct Write {
-    key: usize,
-    version: u64,
-    start: u64,
-    /// When the writer gave up or got the reply.
-    end: u64,
-    /// Redis said OK: the value is there from `end` on at the latest.
-    acked: bool,
-}
-
-/// Something that empties every key (`FLUSHALL`, a restart).
-#[derive(Clone, Copy)]
-struct Reset {
-    start: u64,
-    end: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Read {
-    key: usize,
-    start: u64,
-    end: u64,
-    /// `None`: nil.
-    value: Option<u64>,
-}
-
-/// What the clients logged.
-#[derive(Default)]
-struct History {
-    writes: Vec<Write>,
-    resets: Vec<Reset>,
-    reads: Vec<Read>,
-    /// Reads that got no reply (`x-r` not `r1`), other statuses, I/O errors.
-    unanswered: usize,
-    bad_status: usize,
-}
-
-impl History {
-    /// Every event, one a line, in time order: `W key version start end
-    /// acked`, `F start end` (a reset), `R key start end value`.
-    fn dump(&self) -> String {
-        let mut lines: Vec<(u64, String)> = Vec::new();
-        for w in &self.writes {
-            let line = format!(
-                "W {} {} {} {} {}",
-                w.key, w.version, w.start, w.end, w.acked
-            );
-            lines.push((w.start, line));
-        }
-        for r in &self.resets {
-            lines.push((r.start, format!("F {} {}", r.start, r.end)));
-        }
-        for r in &self.reads {
-            let value = r.value.map_or("nil".to_string(), |v| v.to_string());
-            let line = format!("R {} {} {} {value}", r.key, r.start, r.end);
-            lines.push((r.start, line));
-        }
-        lines.sort_by_key(|l| l.0);
-        lines.into_iter().map(|l| l.1 + "\n").collect()
-    }
-}
-
-struct Clock(Instant);
+pub(crate) struct Clock(Instant);
 
 impl Clock {
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.0.elapsed().as_micros() as u64
     }
 }
 
-fn key_name(key: usize) -> String {
-    format!("st{key}")
+/// The keys of the standalone trials (`fault:` added).
+pub(crate) fn key_names() -> Vec<String> {
+    (0..KEYS).map(|key| format!("st{key}")).collect()
+}
+
+/// A write straight to Redis: `SET fault:<key> <value>`, true when Redis
+/// said OK. Each writer keeps its own state (a connection).
+pub(crate) type DirectWrite = Box<dyn FnMut(&str, &str) -> bool + Send>;
+
+/// Where the load of a staleness trial goes.
+pub(crate) struct StaleTarget {
+    /// varnishd's port.
+    pub(crate) port: u16,
+    /// The [`KEYS`] keys, without `fault:`.
+    pub(crate) keys: Vec<String>,
+    /// What reader `r` asks for (`/db/get/`, `/db/rget/`), the key after.
+    pub(crate) read_path: fn(usize) -> &'static str,
+    /// A direct writer, for each writer thread.
+    pub(crate) direct: Box<dyn Fn() -> DirectWrite>,
+}
+
+/// Direct writes to the Redis at `port` (whichever it is when written:
+/// the trial may move it), on one connection kept while it works.
+pub(crate) fn direct_to(port: Arc<std::sync::atomic::AtomicU16>) -> Box<dyn Fn() -> DirectWrite> {
+    Box::new(move || {
+        let port = port.clone();
+        let mut conn: Option<(u16, RedisConn)> = None;
+        Box::new(move |key, value| {
+            let now = port.load(Ordering::Relaxed);
+            let mut this = match conn.take() {
+                Some((at, c)) if at == now => c,
+                _ => match RedisConn::open(now) {
+                    Ok(c) => c,
+                    Err(_) => return false,
+                },
+            };
+            let name = format!("fault:{key}");
+            let ok = this.cmd(&["SET", &name, value]).ok();
+            let acked = ok.as_deref() == Some("+OK");
+            if ok.is_some() {
+                conn = Some((now, this));
+            }
+            acked
+        })
+    })
+}
+
+/// The readers and writers of a staleness trial, running; every read and
+/// write logged.
+pub(crate) struct StaleLoad {
+    pub(crate) clock: Arc<Clock>,
+    history: Arc<Mutex<History>>,
+    stop: Arc<AtomicBool>,
+    /// Writers write nothing while set ([`StaleLoad::pause_writes`]).
+    paused: Arc<AtomicBool>,
+    /// Writes in flight.
+    writing: Arc<std::sync::atomic::AtomicUsize>,
+    threads: Vec<thread::JoinHandle<()>>,
+    port: u16,
+    before: HashMap<&'static str, u64>,
+    /// What the trial did, said at the end.
+    pub(crate) events: Vec<String>,
+}
+
+impl StaleLoad {
+    /// Version 0 of every key (direct), then [`READERS`] readers and
+    /// [`WRITERS`] writers.
+    pub(crate) fn start(target: StaleTarget) -> Res<StaleLoad> {
+        let clock = Arc::new(Clock(Instant::now()));
+        let history = Arc::new(Mutex::new(History::default()));
+        {
+            let mut direct = (target.direct)();
+            let mut h = history.lock().unwrap();
+            for (key, name) in target.keys.iter().enumerate() {
+                if !direct(name, "0") {
+                    return Err(format!("SET fault:{name} 0 not acknowledged"));
+                }
+                h.writes.push(Write {
+                    key,
+                    version: 0,
+                    start: 0,
+                    end: 0,
+                    acked: true,
+                });
+            }
+        }
+        let port = target.port;
+        let before = near_cache_counters(port)?;
+        let keys = Arc::new(target.keys);
+        let stop = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
+        let writing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut threads = Vec::new();
+        for r in 0..READERS {
+            let (clock, history, stop, keys) =
+                (clock.clone(), history.clone(), stop.clone(), keys.clone());
+            let path = (target.read_path)(r);
+            threads.push(
+                thread::Builder::new()
+                    .name(format!("reader-{r}"))
+                    .stack_size(256 * 1024)
+                    .spawn(move || reader(port, path, &keys, r, &clock, &history, &stop))
+                    .expect("spawn reader"),
+            );
+        }
+        for w in 0..WRITERS {
+            let (clock, history, stop, keys) =
+                (clock.clone(), history.clone(), stop.clone(), keys.clone());
+            let (paused, writing) = (paused.clone(), writing.clone());
+            let direct = (target.direct)();
+            threads.push(
+                thread::Builder::new()
+                    .name(format!("writer-{w}"))
+                    .spawn(move || {
+                        let gate = Gate {
+                            stop: &stop,
+                            paused: &paused,
+                            writing: &writing,
+                        };
+                        writer(port, direct, &keys, w, &clock, &history, &gate)
+                    })
+                    .expect("spawn writer"),
+            );
+        }
+        Ok(StaleLoad {
+            clock,
+            history,
+            stop,
+            paused,
+            writing,
+            threads,
+            port,
+            before,
+            events: Vec::new(),
+        })
+    }
+
+    /// Seconds since the load began.
+    pub(crate) fn at(&self) -> f64 {
+        self.clock.0.elapsed().as_secs_f64()
+    }
+
+    pub(crate) fn sleep_until(&self, secs: f64) {
+        let target = self.clock.0 + Duration::from_secs_f64(secs);
+        if let Some(left) = target.checked_duration_since(Instant::now()) {
+            thread::sleep(left);
+        }
+    }
+
+    /// Every key emptied between `start` and `end` (µs of the clock).
+    pub(crate) fn reset(&self, start: u64, end: u64) {
+        self.history
+            .lock()
+            .unwrap()
+            .resets
+            .push(Reset { start, end });
+    }
+
+    /// No write begins from now on until [`StaleLoad::resume_writes`];
+    /// returns once those in flight are over (5 s at most).
+    pub(crate) fn pause_writes(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.writing.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub(crate) fn resume_writes(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops the load, judges every read against the history, and says
+    /// it all in `s`. `all_answered`: every read must have got a reply.
+    pub(crate) fn finish(mut self, s: &mut Setup, all_answered: bool) -> Res<()> {
+        let secs = self.at();
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let (nc0, nc1) = (&self.before, near_cache_counters(self.port)?);
+        let history = std::mem::take(&mut *self.history.lock().unwrap());
+        for e in &self.events {
+            s.say(e);
+        }
+        let verdict = check_history(&history);
+        let delta = |c: &str| nc1.get(c).copied().unwrap_or(0) - nc0.get(c).copied().unwrap_or(0);
+        let hits = delta("hits");
+        // The preloaded version 0 of every key is not a write of the load.
+        let acked = history.writes.iter().filter(|w| w.acked).count() - KEYS;
+        s.say(format!(
+            "{READERS} readers, {WRITERS} writers, {KEYS} keys, {secs:.0} s: {} reads answered ({} not, {} bad status), {} writes ({acked} acknowledged), {} resets",
+            history.reads.len(),
+            history.unanswered,
+            history.bad_status,
+            history.writes.len() - KEYS,
+            history.resets.len()
+        ));
+        s.say(format!(
+            "near cache: hits {hits}, misses {}, invalidations {}, entries now {}",
+            delta("misses"),
+            delta("invalidations"),
+            nc1.get("entries").copied().unwrap_or(0)
+        ));
+        s.say(verdict.summary());
+        for line in verdict.failures.iter().take(10) {
+            s.say(format!("stale: {line}"));
+        }
+        if !verdict.failures.is_empty() {
+            // For a look afterwards (FAULTS_KEEP=1 keeps it).
+            let path = s.redis.dir.join("staleness-history.txt");
+            let _ = fs::write(&path, history.dump());
+            s.say(format!("history written to {}", path.display()));
+        }
+        s.check(verdict.failures.is_empty(), || {
+            format!(
+                "{} read(s) stale past {} ms or of a value never written (first: {})",
+                verdict.failures.len(),
+                staleness_bound().as_millis(),
+                verdict.failures.first().cloned().unwrap_or_default()
+            )
+        });
+        s.check(history.bad_status == 0, || {
+            format!("{} reads not answered with a 200", history.bad_status)
+        });
+        // Else the check proves nothing about the cache.
+        s.check(hits * 4 > history.reads.len() as u64, || {
+            format!(
+                "near cache hits {hits} of {} reads: under a quarter",
+                history.reads.len()
+            )
+        });
+        if all_answered {
+            s.check(history.unanswered == 0, || {
+                format!("{} reads got no reply", history.unanswered)
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StaleLoad {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<(), Failed> {
     checker_self_test()?;
-    let mut db = DbSpec::new("db", mode);
-    db.near_cache = 16 << 20;
-    db.connection_timeout = 200;
+    let db = stale_db(mode);
     let label = match event {
         StaleEvent::FlushAndKillTracking => "",
         StaleEvent::Restart => "-restart",
@@ -125,166 +300,81 @@ pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
         &format!("s13-{}{label}", mode.name()),
         std::slice::from_ref(&db),
     )?;
-    let port = s.varnish.port;
-    let clock = Arc::new(Clock(Instant::now()));
-    let history = Arc::new(Mutex::new(History::default()));
-    // Version 0 of every key, before any read.
-    {
-        let mut conn = RedisConn::open(s.redis.port).map_err(|e| format!("redis: {e}"))?;
-        let mut h = history.lock().unwrap();
-        for key in 0..KEYS {
-            conn.ok(&["SET", &format!("fault:{}", key_name(key)), "0"])?;
-            h.writes.push(Write {
-                key,
-                version: 0,
-                start: 0,
-                end: 0,
-                acked: true,
-            });
-        }
-    }
-    let nc0 = near_cache_counters(port)?;
-    let duration = Duration::from_secs(10);
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for r in 0..READERS {
-        let (clock, history, stop) = (clock.clone(), history.clone(), stop.clone());
-        threads.push(
-            thread::Builder::new()
-                .name(format!("reader-{r}"))
-                .stack_size(256 * 1024)
-                .spawn(move || reader(port, r, &clock, &history, &stop))
-                .expect("spawn reader"),
-        );
-    }
     let redis_port = s.redis.port;
-    for w in 0..WRITERS {
-        let (clock, history, stop) = (clock.clone(), history.clone(), stop.clone());
-        threads.push(
-            thread::Builder::new()
-                .name(format!("writer-{w}"))
-                .spawn(move || writer(port, redis_port, w, &clock, &history, &stop))
-                .expect("spawn writer"),
-        );
-    }
-    let sleep_until = |secs: f64| {
-        let target = clock.0 + Duration::from_secs_f64(secs);
-        if let Some(left) = target.checked_duration_since(Instant::now()) {
-            thread::sleep(left);
-        }
-    };
-    let mut events = Vec::new();
+    let mut load = StaleLoad::start(StaleTarget {
+        port: s.varnish.port,
+        keys: key_names(),
+        read_path: |_| "/db/get/",
+        direct: direct_to(Arc::new(redis_port.into())),
+    })?;
     match event {
         StaleEvent::FlushAndKillTracking => {
-            sleep_until(3.5);
-            let start = clock.now();
+            load.sleep_until(3.5);
+            let start = load.clock.now();
             let reply = redis_cmd(redis_port, None, &["FLUSHALL"]);
-            let end = clock.now();
-            history.lock().unwrap().resets.push(Reset { start, end });
-            events.push(format!(
+            load.reset(start, load.clock.now());
+            load.events.push(format!(
                 "FLUSHALL at {:.2} s: {reply:?}",
                 start as f64 / 1e6
             ));
-            sleep_until(6.5);
+            load.sleep_until(6.5);
             let killed = kill_tracking_connections(redis_port);
-            events.push(format!(
+            load.events.push(format!(
                 "tracking connection(s) killed at {:.2} s: {killed:?}",
-                clock.now() as f64 / 1e6
+                load.at()
             ));
         }
         StaleEvent::Restart => {
-            sleep_until(4.0);
-            let start = clock.now();
+            load.sleep_until(4.0);
+            let start = load.clock.now();
             s.redis.kill9();
-            let end = clock.now();
-            history.lock().unwrap().resets.push(Reset { start, end });
-            sleep_until(5.0);
+            load.reset(start, load.clock.now());
+            load.sleep_until(5.0);
             let restarted = s.redis.spawn();
-            events.push(format!(
+            load.events.push(format!(
                 "Redis SIGKILLed at {:.2} s, restarted at {:.2} s ({restarted:?})",
                 start as f64 / 1e6,
-                clock.now() as f64 / 1e6
+                load.at()
             ));
             restarted?;
         }
     }
-    sleep_until(duration.as_secs_f64());
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
-    let nc1 = near_cache_counters(port)?;
-    let history = std::mem::take(&mut *history.lock().unwrap());
-    for e in &events {
-        s.say(e);
-    }
-    let verdict = check_history(&history);
-    let hits = nc1.get("hits").copied().unwrap_or(0) - nc0.get("hits").copied().unwrap_or(0);
-    let misses = nc1.get("misses").copied().unwrap_or(0) - nc0.get("misses").copied().unwrap_or(0);
-    // The preloaded version 0 of every key is not a write of the load.
-    let acked = history.writes.iter().filter(|w| w.acked).count() - KEYS;
-    s.say(format!(
-        "{READERS} readers, {WRITERS} writers, {KEYS} keys, {:.0} s: {} reads answered ({} not, {} bad status), {} writes ({acked} acknowledged), {} resets",
-        duration.as_secs_f64(),
-        history.reads.len(),
-        history.unanswered,
-        history.bad_status,
-        history.writes.len() - KEYS,
-        history.resets.len()
-    ));
-    s.say(format!(
-        "near cache: hits {hits}, misses {misses}, invalidations {}, entries now {}",
-        nc1.get("invalidations").copied().unwrap_or(0)
-            - nc0.get("invalidations").copied().unwrap_or(0),
-        nc1.get("entries").copied().unwrap_or(0)
-    ));
-    s.say(verdict.summary());
-    for line in verdict.failures.iter().take(10) {
-        s.say(format!("stale: {line}"));
-    }
-    if !verdict.failures.is_empty() {
-        // For a look afterwards (FAULTS_KEEP=1 keeps it).
-        let path = s.redis.dir.join("staleness-history.txt");
-        let _ = fs::write(&path, history.dump());
-        s.say(format!("history written to {}", path.display()));
-    }
-    s.check(verdict.failures.is_empty(), || {
-        format!(
-            "{} read(s) stale past {} ms or of a value never written (first: {})",
-            verdict.failures.len(),
-            staleness_bound().as_millis(),
-            verdict.failures.first().cloned().unwrap_or_default()
-        )
-    });
-    s.check(history.bad_status == 0, || {
-        format!("{} reads not answered with a 200", history.bad_status)
-    });
-    // Else the check proves nothing about the cache.
-    s.check(hits * 4 > history.reads.len() as u64, || {
-        format!(
-            "near cache hits {hits} of {} reads: under a quarter",
-            history.reads.len()
-        )
-    });
-    if event == StaleEvent::FlushAndKillTracking {
-        s.check(history.unanswered == 0, || {
-            format!("{} reads got no reply", history.unanswered)
-        });
-    }
+    load.sleep_until(DURATION);
+    load.finish(&mut s, event == StaleEvent::FlushAndKillTracking)?;
     s.finish()
 }
 
-fn reader(port: u16, r: usize, clock: &Clock, history: &Mutex<History>, stop: &AtomicBool) {
+/// The database of the staleness trials.
+pub(crate) fn stale_db(mode: Mode) -> DbSpec {
+    let mut db = DbSpec::new("db", mode);
+    db.near_cache = 16 << 20;
+    db.connection_timeout = 200;
+    db
+}
+
+/// Seconds of load of a staleness trial.
+pub(crate) const DURATION: f64 = 10.0;
+
+fn reader(
+    port: u16,
+    path: &str,
+    keys: &[String],
+    r: usize,
+    clock: &Clock,
+    history: &Mutex<History>,
+    stop: &AtomicBool,
+) {
     let mut reads = Vec::with_capacity(8192);
     let (mut unanswered, mut bad_status) = (0, 0);
     let mut conn: Option<BufReader<TcpStream>> = None;
+    let any_server = path.contains("/rget/");
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ (r as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
     while !stop.load(Ordering::Relaxed) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let key = (rng % KEYS as u64) as usize;
-        let path = format!("/db/get/{}", key_name(key));
+        let path = format!("{path}{}", keys[key]);
         let start = clock.now();
         let result = match conn.as_mut() {
             Some(c) => request(c, &path),
@@ -305,12 +395,14 @@ fn reader(port: u16, r: usize, clock: &Clock, history: &Mutex<History>, stop: &A
                         start,
                         end,
                         value: None,
+                        any_server,
                     }),
                     (true, Some(v)) if v.parse::<u64>().is_ok() => reads.push(Read {
                         key,
                         start,
                         end,
                         value: v.parse().ok(),
+                        any_server,
                     }),
                     _ => unanswered += 1,
                 }
@@ -329,43 +421,46 @@ fn reader(port: u16, r: usize, clock: &Clock, history: &Mutex<History>, stop: &A
     h.bad_status += bad_status;
 }
 
+/// When a writer may write.
+struct Gate<'a> {
+    stop: &'a AtomicBool,
+    paused: &'a AtomicBool,
+    /// Writes in flight, for [`StaleLoad::pause_writes`].
+    writing: &'a std::sync::atomic::AtomicUsize,
+}
+
 /// Writes the keys `w`, `w + WRITERS`... in turn, each a new version,
 /// one write in two through Varnish and the other directly.
 fn writer(
     port: u16,
-    redis_port: u16,
+    mut direct: DirectWrite,
+    names: &[String],
     w: usize,
     clock: &Clock,
     history: &Mutex<History>,
-    stop: &AtomicBool,
+    gate: &Gate,
 ) {
     let keys: Vec<usize> = (w..KEYS).step_by(WRITERS).collect();
     let mut versions = vec![0u64; keys.len()];
     let mut writes = Vec::new();
-    let mut direct: Option<RedisConn> = None;
     let mut through: Option<BufReader<TcpStream>> = None;
     let mut turn = 0usize;
-    while !stop.load(Ordering::Relaxed) {
+    while !gate.stop.load(Ordering::Relaxed) {
+        gate.writing.fetch_add(1, Ordering::SeqCst);
+        if gate.paused.load(Ordering::SeqCst) {
+            gate.writing.fetch_sub(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        }
         let i = turn % keys.len();
         let key = keys[i];
         versions[i] += 1;
         let version = versions[i];
         let start = clock.now();
         let acked = if turn % 2 == 0 {
-            let name = format!("fault:{}", key_name(key));
-            let version = version.to_string();
-            let conn = match direct.take() {
-                Some(conn) => Some(conn),
-                None => RedisConn::open(redis_port).ok(),
-            };
-            conn.and_then(|mut conn| {
-                let ok = conn.cmd(&["SET", &name, &version]).ok()? == "+OK";
-                direct = Some(conn);
-                Some(ok)
-            })
-            .unwrap_or(false)
+            direct(&names[key], &version.to_string())
         } else {
-            let path = format!("/db/put/{}/{version}", key_name(key));
+            let path = format!("/db/put/{}/{version}", names[key]);
             let result = match through.as_mut() {
                 Some(c) => request(c, &path),
                 None => connect(port, Duration::from_secs(5)).and_then(|mut c| {
@@ -385,6 +480,7 @@ fn writer(
             }
         };
         let end = clock.now();
+        gate.writing.fetch_sub(1, Ordering::SeqCst);
         writes.push(Write {
             key,
             version,
@@ -444,217 +540,3 @@ fn near_cache_counters(port: u16) -> Res<HashMap<&'static str, u64>> {
 
 pub(crate) const NEAR_CACHE_COUNTERS: &[&str] =
     &["hits", "misses", "invalidations", "evictions", "entries"];
-
-/// Each read against the history.
-struct Verdict {
-    /// How long after its overwrite was acknowledged a read began that
-    /// still returned the old value (µs), for every such read, with the
-    /// read's start and key.
-    windows: Vec<(u64, u64, usize)>,
-    failures: Vec<String>,
-    /// Reads of a value whose write was not acknowledged.
-    unjudged: usize,
-}
-
-impl Verdict {
-    fn summary(&self) -> String {
-        let mut w: Vec<u64> = self.windows.iter().map(|w| w.0).collect();
-        w.sort_unstable();
-        let mut worst = self.windows.clone();
-        worst.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
-        let worst: Vec<String> = worst
-            .iter()
-            .take(3)
-            .map(|(w, start, key)| {
-                format!(
-                    "{:.1} ms (key {key}, read at {:.3} s)",
-                    *w as f64 / 1000.0,
-                    *start as f64 / 1e6
-                )
-            })
-            .collect();
-        let pct = |p: f64| {
-            if w.is_empty() {
-                return 0.0;
-            }
-            w[((w.len() as f64 * p).ceil() as usize).clamp(1, w.len()) - 1] as f64 / 1000.0
-        };
-        format!(
-            "staleness windows (read began after the overwrite was acknowledged, old value returned): {} reads; p50 {:.2} ms, p99 {:.2} ms, worst {:.2} ms (bound {} ms); the worst: {}; {} reads of a value whose write was not acknowledged not judged",
-            w.len(),
-            pct(0.5),
-            pct(0.99),
-            w.last().map_or(0.0, |&x| x as f64 / 1000.0),
-            staleness_bound().as_millis(),
-            worst.join(", "),
-            self.unjudged
-        )
-    }
-}
-
-/// A value `v` of a key is overwritten when the first acknowledged write
-/// of a later version is, or a reset that began after `v`'s write ended
-/// (one that began before may have come first); nil is overwritten by
-/// the first acknowledged write that began after the last reset that
-/// began before the read ended. A read is stale by how long before its
-/// start that was.
-fn check_history(h: &History) -> Verdict {
-    let mut by_key: Vec<Vec<Write>> = vec![Vec::new(); KEYS];
-    for w in &h.writes {
-        by_key[w.key].push(*w);
-    }
-    for writes in &mut by_key {
-        writes.sort_by_key(|w| w.version);
-    }
-    let mut verdict = Verdict {
-        windows: Vec::new(),
-        failures: Vec::new(),
-        unjudged: 0,
-    };
-    for read in &h.reads {
-        let writes = &by_key[read.key];
-        let overwritten = match read.value {
-            Some(v) => {
-                let Some(write) = writes.iter().find(|w| w.version == v) else {
-                    verdict.failures.push(format!(
-                        "key {} read {v} at {:.3} s: never written",
-                        read.key,
-                        read.start as f64 / 1e6
-                    ));
-                    continue;
-                };
-                if !write.acked {
-                    // A write that timed out may still reach Redis, even
-                    // after later ones: when its value is overwritten is
-                    // not known.
-                    verdict.unjudged += 1;
-                    continue;
-                }
-                let by_write = writes
-                    .iter()
-                    .filter(|w| w.version > v && w.acked)
-                    .map(|w| w.end)
-                    .min();
-                let by_reset = h
-                    .resets
-                    .iter()
-                    .filter(|r| r.start > write.end)
-                    .map(|r| r.end)
-                    .min();
-                by_write.into_iter().chain(by_reset).min()
-            }
-            None => {
-                let Some(reset) = h
-                    .resets
-                    .iter()
-                    .filter(|r| r.start < read.end)
-                    .max_by_key(|r| r.end)
-                else {
-                    verdict.failures.push(format!(
-                        "key {} read nil at {:.3} s: never emptied",
-                        read.key,
-                        read.start as f64 / 1e6
-                    ));
-                    continue;
-                };
-                writes
-                    .iter()
-                    .filter(|w| w.acked && w.start > reset.end)
-                    .map(|w| w.end)
-                    .min()
-            }
-        };
-        let Some(at) = overwritten.filter(|&at| at < read.start) else {
-            continue;
-        };
-        let window = read.start - at;
-        verdict.windows.push((window, read.start, read.key));
-        if window > staleness_bound().as_micros() as u64 {
-            verdict.failures.push(format!(
-                "key {} read {} at {:.3} s (answered at {:.3} s), overwritten {:.1} ms before",
-                read.key,
-                read.value.map_or("nil".to_string(), |v| v.to_string()),
-                read.start as f64 / 1e6,
-                read.end as f64 / 1e6,
-                window as f64 / 1000.0
-            ));
-        }
-    }
-    verdict
-}
-
-/// The checker on a made-up history: it must flag exactly the planted
-/// stale reads (else a green trial would prove nothing).
-fn checker_self_test() -> Res<()> {
-    let ms = 1000;
-    let bound = staleness_bound().as_micros() as u64;
-    // Past the bound, and within it.
-    let (over, within) = (bound + 50 * ms, bound / 2);
-    let write = |key, version, start, end| Write {
-        key,
-        version,
-        start,
-        end,
-        acked: true,
-    };
-    let read = |key, start, value| Read {
-        key,
-        start,
-        end: start + ms,
-        value,
-    };
-    let history = History {
-        writes: vec![
-            write(0, 0, 0, 0),
-            write(0, 1, ms, 2 * ms),
-            write(1, 0, 0, 0),
-            write(2, 0, 0, 0),
-            // Began before the reset ended: may have come before it.
-            write(2, 1, 5 * ms, 5 * ms + 500),
-            write(2, 2, 7 * ms, 8 * ms),
-            Write {
-                acked: false,
-                ..write(3, 1, 9 * ms, 10 * ms)
-            },
-            write(3, 2, 11 * ms, 12 * ms),
-        ],
-        resets: vec![Reset {
-            start: 5 * ms,
-            end: 6 * ms,
-        }],
-        reads: vec![
-            // Stale: past the bound after version 1 was acknowledged.
-            read(0, 2 * ms + over, Some(0)),
-            // Began before the acknowledgement: either value is right.
-            read(0, ms + 500, Some(0)),
-            read(0, 4 * ms, Some(1)),
-            // Stale: key 1 was emptied before that.
-            read(1, 6 * ms + over, Some(0)),
-            read(1, 7 * ms, None),
-            // Nil before any reset: never emptied.
-            read(2, ms, None),
-            // Within the bound of version 2 (acknowledged at 8 ms).
-            read(2, 8 * ms + within, None),
-            read(2, 8 * ms + within, Some(1)),
-            // Stale: nil past the bound after version 2.
-            read(2, 8 * ms + over, None),
-            // Never written.
-            read(3, ms, Some(7)),
-            // Not acknowledged: may have come after version 2.
-            read(3, 12 * ms + over, Some(1)),
-        ],
-        unanswered: 0,
-        bad_status: 0,
-    };
-    let verdict = check_history(&history);
-    if verdict.failures.len() == 5 && verdict.unjudged == 1 {
-        Ok(())
-    } else {
-        Err(format!(
-            "the staleness checker flags {} reads of a made-up history, not 5, and leaves {} unjudged, not 1: {:?}",
-            verdict.failures.len(),
-            verdict.unjudged,
-            verdict.failures
-        ))
-    }
-}

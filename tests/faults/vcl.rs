@@ -148,6 +148,10 @@ sub vcl_synth {
             "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
         ));
         v.push_str(&format!(
+            // `/<db>/rget/<key>`: a read a replica may serve.
+            "        if (req.url ~ \"^/{n}/rget/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute(false);\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
             // `/<db>/put/<key>/<value>`: SET of a given value.
             "        if (req.url ~ \"^/{n}/put/\") {{\n            {n}.command(\"SET\");\n            {n}.push(\"fault:\" + regsub(req.url, \"^/[^/]*/put/([^/]*)/.*$\", \"\\1\"));\n            {n}.push(regsub(req.url, \"^.*/\", \"\"));\n            {n}.execute();\n{record}        }}\n"
         ));
@@ -195,3 +199,35 @@ pub(crate) fn one_command_paths(db: &str) -> Vec<String> {
 /// has no `os` but a `TIME` that moves. The iteration cap bounds the
 /// `TIME` loop should a server have neither.
 const SLOW_SCRIPT: &str = "local ok, clock = pcall(function() return os.clock end) if ok and clock then local e = clock() + 0.01 repeat until clock() >= e return 1 end local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 10000 local n = 0 repeat n = n + 1 t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e or n > 200000 return 1";
+
+/// `base` (from [`vcl`], its one database `db` on `master`) with the
+/// Sentinels at `sentinels` (if any) watched before the database, every
+/// server `type = auto`, and `replicas` added to it.
+pub(crate) fn vcl_with_servers(
+    base: &str,
+    master: u16,
+    sentinels: &[u16],
+    replicas: &[u16],
+) -> Res<String> {
+    let new_db = format!("    new db = redis.db(location = \"127.0.0.1:{master}\", type = master,");
+    if !base.contains(&new_db) || !base.contains("}\n\nsub vcl_recv") {
+        return Err("the generated VCL changed shape".into());
+    }
+    let watch = if sentinels.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = sentinels.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("    redis.sentinels(locations = \"{}\");\n", list.join(","))
+    };
+    let add: String = replicas
+        .iter()
+        .map(|port| format!("    db.add_server(\"127.0.0.1:{port}\", auto);\n"))
+        .collect();
+    Ok(base
+        .replacen(
+            &new_db,
+            &format!("{watch}{}", new_db.replace("type = master", "type = auto")),
+            1,
+        )
+        .replacen("}\n\nsub vcl_recv", &format!("{add}}}\n\nsub vcl_recv"), 1))
+}

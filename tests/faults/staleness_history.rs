@@ -1,0 +1,298 @@
+//! The staleness trials' history (every read and write, timed) and its
+//! checker, with the checker's own test on a made-up history.
+use super::*;
+
+/// A read may return a value overwritten at most this long before it
+/// began: the invalidation delay bound, with room for a busy 2-core
+/// machine (the tracking thread waits its turn among 400 others: seen
+/// up to 290 ms with a load average of 34). `FAULTS_STALENESS_MS`
+/// overrides it (default 300).
+pub(crate) fn staleness_bound() -> Duration {
+    Duration::from_millis(env_u64("FAULTS_STALENESS_MS", 300))
+}
+
+/// One write of `version` to key `key`; times in µs since the load began.
+#[derive(Clone, Copy)]
+pub(crate) struct Write {
+    pub(crate) key: usize,
+    pub(crate) version: u64,
+    pub(crate) start: u64,
+    /// When the writer gave up or got the reply.
+    pub(crate) end: u64,
+    /// Redis said OK: the value is there from `end` on at the latest.
+    pub(crate) acked: bool,
+}
+
+/// Something that empties every key (`FLUSHALL`, a restart).
+#[derive(Clone, Copy)]
+pub(crate) struct Reset {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Read {
+    pub(crate) key: usize,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// `None`: nil.
+    pub(crate) value: Option<u64>,
+    /// Read with `execute(false)`: a replica may have served it.
+    pub(crate) any_server: bool,
+}
+
+/// What the clients logged.
+#[derive(Default)]
+pub(crate) struct History {
+    pub(crate) writes: Vec<Write>,
+    pub(crate) resets: Vec<Reset>,
+    pub(crate) reads: Vec<Read>,
+    /// Reads that got no reply (`x-r` not `r1`), other statuses, I/O errors.
+    pub(crate) unanswered: usize,
+    pub(crate) bad_status: usize,
+}
+
+impl History {
+    /// Every event, one a line, in time order: `W key version start end
+    /// acked`, `F start end` (a reset), `R key start end value`.
+    pub(crate) fn dump(&self) -> String {
+        let mut lines: Vec<(u64, String)> = Vec::new();
+        for w in &self.writes {
+            let line = format!(
+                "W {} {} {} {} {}",
+                w.key, w.version, w.start, w.end, w.acked
+            );
+            lines.push((w.start, line));
+        }
+        for r in &self.resets {
+            lines.push((r.start, format!("F {} {}", r.start, r.end)));
+        }
+        for r in &self.reads {
+            let value = r.value.map_or("nil".to_string(), |v| v.to_string());
+            let line = format!("R {} {} {} {value}", r.key, r.start, r.end);
+            lines.push((r.start, line));
+        }
+        lines.sort_by_key(|l| l.0);
+        lines.into_iter().map(|l| l.1 + "\n").collect()
+    }
+}
+
+/// Each read against the history.
+pub(crate) struct Verdict {
+    /// How long after its overwrite was acknowledged a read began that
+    /// still returned the old value (µs), for every such read, with the
+    /// read's start and key.
+    pub(crate) windows: Vec<(u64, u64, usize)>,
+    pub(crate) failures: Vec<String>,
+    /// Reads of a value whose write was not acknowledged.
+    pub(crate) unjudged: usize,
+}
+
+impl Verdict {
+    pub(crate) fn summary(&self) -> String {
+        let mut w: Vec<u64> = self.windows.iter().map(|w| w.0).collect();
+        w.sort_unstable();
+        let mut worst = self.windows.clone();
+        worst.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+        let worst: Vec<String> = worst
+            .iter()
+            .take(3)
+            .map(|(w, start, key)| {
+                format!(
+                    "{:.1} ms (key {key}, read at {:.3} s)",
+                    *w as f64 / 1000.0,
+                    *start as f64 / 1e6
+                )
+            })
+            .collect();
+        let pct = |p: f64| {
+            if w.is_empty() {
+                return 0.0;
+            }
+            w[((w.len() as f64 * p).ceil() as usize).clamp(1, w.len()) - 1] as f64 / 1000.0
+        };
+        format!(
+            "staleness windows (read began after the overwrite was acknowledged, old value returned): {} reads; p50 {:.2} ms, p99 {:.2} ms, worst {:.2} ms (bound {} ms); the worst: {}; {} reads of a value whose write was not acknowledged not judged",
+            w.len(),
+            pct(0.5),
+            pct(0.99),
+            w.last().map_or(0.0, |&x| x as f64 / 1000.0),
+            staleness_bound().as_millis(),
+            worst.join(", "),
+            self.unjudged
+        )
+    }
+}
+
+/// A value `v` of a key is overwritten when the first acknowledged write
+/// of a later version is, or a reset that began after `v`'s write ended
+/// (one that began before may have come first); nil is overwritten by
+/// the first acknowledged write that began after the last reset that
+/// began before the read ended. A read is stale by how long before its
+/// start that was.
+pub(crate) fn check_history(h: &History) -> Verdict {
+    let mut by_key: Vec<Vec<Write>> = vec![Vec::new(); KEYS];
+    for w in &h.writes {
+        by_key[w.key].push(*w);
+    }
+    for writes in &mut by_key {
+        writes.sort_by_key(|w| w.version);
+    }
+    let mut verdict = Verdict {
+        windows: Vec::new(),
+        failures: Vec::new(),
+        unjudged: 0,
+    };
+    for read in &h.reads {
+        let writes = &by_key[read.key];
+        let overwritten = match read.value {
+            Some(v) => {
+                let Some(write) = writes.iter().find(|w| w.version == v) else {
+                    verdict.failures.push(format!(
+                        "key {} read {v} at {:.3} s: never written",
+                        read.key,
+                        read.start as f64 / 1e6
+                    ));
+                    continue;
+                };
+                if !write.acked {
+                    // A write that timed out may still reach Redis, even
+                    // after later ones: when its value is overwritten is
+                    // not known.
+                    verdict.unjudged += 1;
+                    continue;
+                }
+                let by_write = writes
+                    .iter()
+                    .filter(|w| w.version > v && w.acked)
+                    .map(|w| w.end)
+                    .min();
+                let by_reset = h
+                    .resets
+                    .iter()
+                    .filter(|r| r.start > write.end)
+                    .map(|r| r.end)
+                    .min();
+                by_write.into_iter().chain(by_reset).min()
+            }
+            None => {
+                let Some(reset) = h
+                    .resets
+                    .iter()
+                    .filter(|r| r.start < read.end)
+                    .max_by_key(|r| r.end)
+                else {
+                    verdict.failures.push(format!(
+                        "key {} read nil at {:.3} s: never emptied",
+                        read.key,
+                        read.start as f64 / 1e6
+                    ));
+                    continue;
+                };
+                writes
+                    .iter()
+                    .filter(|w| w.acked && w.start > reset.end)
+                    .map(|w| w.end)
+                    .min()
+            }
+        };
+        let Some(at) = overwritten.filter(|&at| at < read.start) else {
+            continue;
+        };
+        let window = read.start - at;
+        verdict.windows.push((window, read.start, read.key));
+        if window > staleness_bound().as_micros() as u64 {
+            verdict.failures.push(format!(
+                "key {} read {} at {:.3} s (answered at {:.3} s){}, overwritten {:.1} ms before",
+                read.key,
+                read.value.map_or("nil".to_string(), |v| v.to_string()),
+                read.start as f64 / 1e6,
+                read.end as f64 / 1e6,
+                if read.any_server {
+                    " with execute(false)"
+                } else {
+                    ""
+                },
+                window as f64 / 1000.0
+            ));
+        }
+    }
+    verdict
+}
+
+/// The checker on a made-up history: it must flag exactly the planted
+/// stale reads (else a green trial would prove nothing).
+pub(crate) fn checker_self_test() -> Res<()> {
+    let ms = 1000;
+    let bound = staleness_bound().as_micros() as u64;
+    // Past the bound, and within it.
+    let (over, within) = (bound + 50 * ms, bound / 2);
+    let write = |key, version, start, end| Write {
+        key,
+        version,
+        start,
+        end,
+        acked: true,
+    };
+    let read = |key, start, value| Read {
+        key,
+        start,
+        end: start + ms,
+        value,
+        any_server: false,
+    };
+    let history = History {
+        writes: vec![
+            write(0, 0, 0, 0),
+            write(0, 1, ms, 2 * ms),
+            write(1, 0, 0, 0),
+            write(2, 0, 0, 0),
+            // Began before the reset ended: may have come before it.
+            write(2, 1, 5 * ms, 5 * ms + 500),
+            write(2, 2, 7 * ms, 8 * ms),
+            Write {
+                acked: false,
+                ..write(3, 1, 9 * ms, 10 * ms)
+            },
+            write(3, 2, 11 * ms, 12 * ms),
+        ],
+        resets: vec![Reset {
+            start: 5 * ms,
+            end: 6 * ms,
+        }],
+        reads: vec![
+            // Stale: past the bound after version 1 was acknowledged.
+            read(0, 2 * ms + over, Some(0)),
+            // Began before the acknowledgement: either value is right.
+            read(0, ms + 500, Some(0)),
+            read(0, 4 * ms, Some(1)),
+            // Stale: key 1 was emptied before that.
+            read(1, 6 * ms + over, Some(0)),
+            read(1, 7 * ms, None),
+            // Nil before any reset: never emptied.
+            read(2, ms, None),
+            // Within the bound of version 2 (acknowledged at 8 ms).
+            read(2, 8 * ms + within, None),
+            read(2, 8 * ms + within, Some(1)),
+            // Stale: nil past the bound after version 2.
+            read(2, 8 * ms + over, None),
+            // Never written.
+            read(3, ms, Some(7)),
+            // Not acknowledged: may have come after version 2.
+            read(3, 12 * ms + over, Some(1)),
+        ],
+        unanswered: 0,
+        bad_status: 0,
+    };
+    let verdict = check_history(&history);
+    if verdict.failures.len() == 5 && verdict.unjudged == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the staleness checker flags {} reads of a made-up history, not 5, and leaves {} unjudged, not 1: {:?}",
+            verdict.failures.len(),
+            verdict.unjudged,
+            verdict.failures
+        ))
+    }
+}
