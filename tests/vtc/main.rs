@@ -75,6 +75,9 @@
 //!   upgrade). Made only for files that use the macro.
 //! * `${vmod_dir}`: the directory holding it, for VCL that says just
 //!   `import redis;`: `varnish v1 -arg "-p vmod_path=${vmod_dir}"`.
+//! * `${varnish_vmod_dir}`: the vmod directory of the Varnish under test
+//!   (its pkg-config `vmoddir`), for `import std;` next to `import redis;`:
+//!   `-p vmod_path=${vmod_dir}:${varnish_vmod_dir}`.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
 //! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
@@ -291,6 +294,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             "vmod_dir".into(),
             so.parent().unwrap_or(&dir).display().to_string(),
         ),
+        ("varnish_vmod_dir".into(), varnish_vmod_dir()),
         (
             "redis_cli".into(),
             which(&support::cli_program(), "/usr/bin/redis-cli"),
