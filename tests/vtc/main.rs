@@ -120,7 +120,10 @@
 //! `valkey-server` takes the same options), `REDIS_CLI` (default
 //! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
-//! `-L` to varnishtest; their paths are printed).
+//! `-L` to varnishtest; their paths are printed). varnishtest and varnishd
+//! are the first found in `PATH` (then the system dirs), and the module is
+//! built against the Varnish pkg-config finds: `bash scripts/varnish 8.0
+//! cargo test --test vtc` runs the suite on Varnish 8.0.
 
 #[path = "../support/cluster.rs"]
 mod cluster;
