@@ -16,6 +16,8 @@ fn main() {
     println!("cargo:rerun-if-changed=vmod_redis.vsc");
     println!("cargo:rerun-if-changed=src/ffi/glue.c");
     println!("cargo:rerun-if-changed=build.rs");
+    // Which Varnish pkg-config finds (scripts/varnish points it at a build).
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
 
     let varnish = pkg_config::Config::new()
         .cargo_metadata(false)
@@ -93,9 +95,14 @@ fn main() {
         .clang_arg(format!("-I{}", out.display()))
         .allowlist_function("VRT_.*|WS_.*|VSLb|VSL|VCL_Name|VSC_redis_.*|vmod_.*")
         .allowlist_type("vrt_ctx|vmod_priv|vmod_priv_methods|vcl_event_e|vrt_blob|strands|VSL_tag_e|arg_vmod_.*|vmod_data|ws")
-        .allowlist_var("enum_vmod_.*|VSL_tag_e_.*|VCL_MET_.*|VMOD_PRIV_METHODS_MAGIC")
+        .allowlist_var(
+            "enum_vmod_.*|VSL_tag_e_.*|VCL_MET_.*|VMOD_PRIV_METHODS_MAGIC|STRANDS_MAGIC|VRT_BLOB_MAGIC",
+        )
         .rustified_enum("vcl_event_e")
         .derive_default(true)
+        // 8.0's hdr_t points to a struct with a flexible array member, whose
+        // generated accessors are unsafe fns (unsafe_op_in_unsafe_fn is denied).
+        .wrap_unsafe_ops(true)
         .layout_tests(false)
         .generate_comments(false);
     for inc in &varnish.include_paths {
@@ -140,8 +147,9 @@ fn write_vsc_names(vsc: &std::path::Path, dest: &std::path::Path) {
 }
 
 /// The Varnish release series the tree has been built and tested against.
-/// Each differs from the others only inside src/ffi, under `cfg(varnish = ...)`.
-const TESTED_SERIES: &[&str] = &["7.1", "7.7"];
+/// Each differs from the others only inside src/ffi, under `cfg(varnish = ...)`
+/// (8.0 is VRT 22.0: the `magic` of `strands` and `vrt_blob`, hdr_t).
+const TESTED_SERIES: &[&str] = &["7.1", "7.7", "8.0"];
 
 /// "7.1" for libvarnishapi 7.1.1; refuses a series the tree was not tested on.
 fn varnish_series(version: &str) -> &'static str {
@@ -158,8 +166,9 @@ fn varnish_series(version: &str) -> &'static str {
         .unwrap_or_else(|| {
             panic!(
                 "libvarnishapi {version} is installed, but this tree is built and tested only \
-                 against Varnish {}: build against one of those (Debian 12: 7.1, Debian 13: 7.7)",
-                TESTED_SERIES.join(" and ")
+                 against Varnish {}: build against one of those (Debian 12: 7.1, Debian 13: 7.7, from source: \
+                 `eval \"$(bash scripts/varnish 8.0)\"`)",
+                TESTED_SERIES.join(", ")
             )
         })
 }

@@ -128,6 +128,9 @@ impl<'a> Ctx<'a> {
         let text = c_text(text);
         let mut parts = [text.as_ptr()];
         let strands = bindings::strands {
+            // 8.0 (VRT 22.0) checks the magic of what VMODs pass in.
+            #[cfg(varnish = "8.0")]
+            magic: bindings::STRANDS_MAGIC,
             n: 1,
             p: parts.as_mut_ptr(),
         };
@@ -166,6 +169,8 @@ impl<'a> Ctx<'a> {
             ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
             let blob = blob.cast::<vrt_blob>();
             blob.write(vrt_blob {
+                #[cfg(varnish = "8.0")]
+                magic: bindings::VRT_BLOB_MAGIC,
                 type_: 0,
                 len: bytes.len(),
                 blob: data.cast_const().cast(),

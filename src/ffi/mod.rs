@@ -16,6 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
     non_snake_case,
     dead_code,
     unnecessary_transmutes,
+    trivial_casts,
     clippy::all,
     clippy::ptr_as_ptr,
     clippy::undocumented_unsafe_blocks,

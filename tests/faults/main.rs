@@ -164,6 +164,9 @@
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
 //! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s11`.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
+//! * `PATH`: varnishd, varnishadm, varnishstat and varnishlog are the first
+//!   found there, the module is built against the Varnish pkg-config finds:
+//!   `bash scripts/varnish 8.0 cargo test --test faults` runs on Varnish 8.0.
 
 #[path = "../support/cluster.rs"]
 mod cluster;

@@ -76,6 +76,9 @@
 //!   upgrade). Made only for files that use the macro.
 //! * `${vmod_dir}`: the directory holding it, for VCL that says just
 //!   `import redis;`: `varnish v1 -arg "-p vmod_path=${vmod_dir}"`.
+//! * `${varnish_vmod_dir}`: the vmod directory of the Varnish under test
+//!   (its pkg-config `vmoddir`), for `import std;` next to `import redis;`:
+//!   `-p vmod_path=${vmod_dir}:${varnish_vmod_dir}`.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
 //! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
@@ -118,7 +121,10 @@
 //! `valkey-server` takes the same options), `REDIS_CLI` (default
 //! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
-//! `-L` to varnishtest; their paths are printed).
+//! `-L` to varnishtest; their paths are printed). varnishtest and varnishd
+//! are the first found in `PATH` (then the system dirs), and the module is
+//! built against the Varnish pkg-config finds: `bash scripts/varnish 8.0
+//! cargo test --test vtc` runs the suite on Varnish 8.0.
 
 #[path = "../support/cluster.rs"]
 mod cluster;
@@ -299,6 +305,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             "vmod_dir".into(),
             so.parent().unwrap_or(&dir).display().to_string(),
         ),
+        ("varnish_vmod_dir".into(), varnish_vmod_dir()),
         (
             "redis_cli".into(),
             which(&support::cli_program(), "/usr/bin/redis-cli"),

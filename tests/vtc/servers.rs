@@ -96,6 +96,25 @@ pub(crate) fn which(prog: &str, fallback: &str) -> String {
         .unwrap_or_else(|| fallback.to_string())
 }
 
+/// The VMOD directory of the Varnish under test (`pkg-config --variable=vmoddir
+/// varnishapi`: Debian's, or a build's from scripts/varnish), for `import std;`.
+pub(crate) fn varnish_vmod_dir() -> String {
+    const DEBIAN: &str = "/usr/lib/x86_64-linux-gnu/varnish/vmods";
+    static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        Command::new("pkg-config")
+            .args(["--variable=vmoddir", "varnishapi"])
+            .stdin(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .filter(|dir| !dir.is_empty())
+            .unwrap_or_else(|| DEBIAN.to_string())
+    })
+    .clone()
+}
+
 /// `$PATH` plus the usual system dirs (varnishtest runs `varnishd` from PATH).
 pub(crate) fn path_with_sbin() -> OsString {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
