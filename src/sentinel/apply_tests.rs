@@ -477,3 +477,91 @@ fn discovery_follows_a_switch_to_an_unknown_master() {
     assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
 }
+
+/// review: a hold that passed its bound while no master command waited
+/// (nothing cleared it: the leader went silent on a quiet site) must not
+/// swallow the hold of the next failover of the same master, which a
+/// later leader starts: `FailoverHold::start` keeps the stale bound
+/// ("the same failover seen again"), so the new hold is already over and
+/// the writes of the second failover go to the old master.
+#[test]
+fn review_a_stale_hold_does_not_swallow_the_next_failover() {
+    let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
+    let mut knowledge = Knowledge::new(false);
+    // failover-timeout 0 from a refresh: each hold lasts `HOLD_MARGIN`.
+    let mut master = reported(M, false);
+    master.name = "main".into();
+    master.failover_timeout = Some(Duration::ZERO);
+    knowledge.on_refresh(
+        &[Master {
+            master,
+            replicas: vec![reported(R1, false)],
+        }],
+        &dbs,
+    );
+    let started = Event::FailoverStarted {
+        name: "main".into(),
+        master: at(M),
+    };
+    // Sentinel 0 leads, then goes silent; no write comes meanwhile.
+    knowledge.on_event(&started, 0, &dbs);
+    std::thread::sleep(HOLD_MARGIN + Duration::from_millis(100));
+    // A new epoch: Sentinel 1 leads a new failover of the same master.
+    knowledge.on_event(&started, 1, &dbs);
+    let waited = dbs[0]
+        .failover_hold()
+        .wait(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        format!("{waited:?}").starts_with("Expired"),
+        "the second failover's writes were not held: {waited:?}"
+    );
+}
+
+/// review: between `+promoted-slave` and `+switch-master` (the leader
+/// reconfigures the other replicas: a second or more), `SENTINEL
+/// masters` still names the old master, on the leader as on the others
+/// (they learn the switch from the leader's hello, up to 2 s later). A
+/// refresh in that window (the periodic one, or a new topology session)
+/// gives the old master its role back, and writes go to it until the
+/// next `+switch-master`: lost once it is turned into a replica.
+#[test]
+fn review_a_refresh_during_the_failover_does_not_undo_the_promotion() {
+    let dbs = [db(
+        "a",
+        &[(M, Role::Master), (R1, Role::Slave), (R2, Role::Slave)],
+    )];
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(M),
+        },
+        0,
+        &dbs,
+    );
+    // `+promoted-slave` from the leader.
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(M),
+            new: at(R1),
+        },
+        0,
+        &dbs,
+    );
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+    // What `SENTINEL masters` / `replicas` answer before `+switch-master`.
+    knowledge.on_refresh(
+        &[Master {
+            master: reported(M, false),
+            replicas: vec![reported(R1, false), reported(R2, false)],
+        }],
+        &dbs,
+    );
+    assert_eq!(
+        state(&dbs[0], M),
+        Some((Role::Slave, false)),
+        "the old master is given writes again"
+    );
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+}
