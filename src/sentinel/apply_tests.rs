@@ -565,3 +565,54 @@ fn review_a_refresh_during_the_failover_does_not_undo_the_promotion() {
     );
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
 }
+
+/// review: a transaction (`MULTI` ... `EXEC`) begun on the old master
+/// before the failover keeps its connection (`execute_pinned`), which
+/// checks neither the hold nor the roles: its `EXEC`, sent after the
+/// promotion is known, runs on the old master and is acknowledged, and
+/// the write is lost once the old master turns replica. It should fail
+/// (never acknowledged) instead.
+#[test]
+fn review_a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old_master() {
+    use crate::database::TaskConnection;
+    use crate::testing::RedisProcess;
+    let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let (old_addr, new_addr) = (old.location(), new.location());
+    let dbs = [db(
+        "a",
+        &[(&old_addr, Role::Master), (&new_addr, Role::Slave)],
+    )];
+    let mut task = TaskConnection::default();
+    let mut send = |args: &[&str]| {
+        let mut command = crate::protocol::Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        dbs[0].execute(&mut command, true, &mut task, &mut |_| {})
+    };
+    send(&["MULTI"]).expect("MULTI");
+    send(&["INCR", "counter"]).expect("queued");
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(&old_addr),
+        },
+        0,
+        &dbs,
+    );
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(&old_addr),
+            new: at(&new_addr),
+        },
+        0,
+        &dbs,
+    );
+    let exec = send(&["EXEC"]);
+    assert!(
+        exec.is_err() || old.cli(&["DBSIZE"]).trim() == "0",
+        "EXEC acknowledged by the demoted master: {exec:?}"
+    );
+}
