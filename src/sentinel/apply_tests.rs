@@ -478,14 +478,14 @@ fn discovery_follows_a_switch_to_an_unknown_master() {
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
 }
 
-/// review: a hold that passed its bound while no master command waited
-/// (nothing cleared it: the leader went silent on a quiet site) must not
-/// swallow the hold of the next failover of the same master, which a
-/// later leader starts: `FailoverHold::start` keeps the stale bound
-/// ("the same failover seen again"), so the new hold is already over and
-/// the writes of the second failover go to the old master.
+/// A hold that passed its bound while no master command waited (nothing
+/// cleared it: the leader went silent on a quiet site) must not swallow
+/// the hold of the next failover of the same master, which a later leader
+/// starts: taken as "the same failover seen again", the new hold would
+/// keep the stale bound, be over at once, and the writes of the second
+/// failover would go to the old master.
 #[test]
-fn review_a_stale_hold_does_not_swallow_the_next_failover() {
+fn a_stale_hold_does_not_swallow_the_next_failover() {
     let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
     let mut knowledge = Knowledge::new(false);
     // failover-timeout 0 from a refresh: each hold lasts `HOLD_MARGIN`.
