@@ -517,15 +517,16 @@ fn a_stale_hold_does_not_swallow_the_next_failover() {
     );
 }
 
-/// review: between `+promoted-slave` and `+switch-master` (the leader
+/// Between `+promoted-slave` and `+switch-master` (the leader
 /// reconfigures the other replicas: a second or more), `SENTINEL
 /// masters` still names the old master, on the leader as on the others
 /// (they learn the switch from the leader's hello, up to 2 s later). A
 /// refresh in that window (the periodic one, or a new topology session)
-/// gives the old master its role back, and writes go to it until the
-/// next `+switch-master`: lost once it is turned into a replica.
+/// must not give the old master its role back: writes would go to it
+/// until the next `+switch-master`, lost once it is turned into a
+/// replica.
 #[test]
-fn review_a_refresh_during_the_failover_does_not_undo_the_promotion() {
+fn a_refresh_during_the_failover_does_not_undo_the_promotion() {
     let dbs = [db(
         "a",
         &[(M, Role::Master), (R1, Role::Slave), (R2, Role::Slave)],
@@ -564,6 +565,34 @@ fn review_a_refresh_during_the_failover_does_not_undo_the_promotion() {
         "the old master is given writes again"
     );
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+}
+
+/// Once a refresh names the promoted master, Sentinel has caught up:
+/// what later refreshes say applies again, the old master's role too.
+#[test]
+fn a_refresh_naming_the_promoted_master_ends_the_wait_for_the_switch() {
+    let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(M),
+            new: at(R1),
+        },
+        0,
+        &dbs,
+    );
+    let refresh = |master: &str, replica: &str| {
+        [Master {
+            master: reported(master, false),
+            replicas: vec![reported(replica, false)],
+        }]
+    };
+    knowledge.on_refresh(&refresh(R1, M), &dbs);
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+    knowledge.on_refresh(&refresh(M, R1), &dbs);
+    assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
+    assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
 }
 
 /// review: a transaction (`MULTI` ... `EXEC`) begun on the old master
