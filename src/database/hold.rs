@@ -87,6 +87,15 @@ impl FailoverHold {
         was
     }
 
+    /// Whether a hold is on for `master` (and within its bound).
+    pub(crate) fn holds(&self, master: &Location) -> bool {
+        self.is_on()
+            && self
+                .state()
+                .as_ref()
+                .is_some_and(|h| &h.master == master && Instant::now() < h.until)
+    }
+
     pub(crate) fn is_on(&self) -> bool {
         self.on.load(Ordering::Acquire)
     }

@@ -595,14 +595,13 @@ fn a_refresh_naming_the_promoted_master_ends_the_wait_for_the_switch() {
     assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
 }
 
-/// review: a transaction (`MULTI` ... `EXEC`) begun on the old master
-/// before the failover keeps its connection (`execute_pinned`), which
-/// checks neither the hold nor the roles: its `EXEC`, sent after the
-/// promotion is known, runs on the old master and is acknowledged, and
-/// the write is lost once the old master turns replica. It should fail
-/// (never acknowledged) instead.
+/// A transaction (`MULTI` ... `EXEC`) begun on the old master before
+/// the failover keeps its connection (`execute_pinned`): its `EXEC`, sent
+/// after the promotion is known, must not run on the old master and be
+/// acknowledged (the write would be lost once the old master turns
+/// replica). It fails instead, never sent.
 #[test]
-fn review_a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old_master() {
+fn a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old_master() {
     use crate::database::TaskConnection;
     use crate::testing::RedisProcess;
     let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
@@ -644,4 +643,70 @@ fn review_a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old
         exec.is_err() || old.cli(&["DBSIZE"]).trim() == "0",
         "EXEC acknowledged by the demoted master: {exec:?}"
     );
+    assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+    // That EXEC ended the transaction: the task's next command goes on.
+    send(&["SET", "k", "v"]).expect("a write after the failed EXEC");
+    assert_eq!(new.cli(&["DBSIZE"]).trim(), "1");
+}
+
+/// While the hold is on for the master a task's transaction is on, its
+/// commands fail, never sent, and the connection is closed (what was
+/// queued there goes with it); `DISCARD` still goes. The task's next
+/// transaction starts afresh, on the master then known.
+#[test]
+fn a_transaction_on_a_held_master_fails_and_the_next_one_starts_afresh() {
+    use crate::database::TaskConnection;
+    use crate::protocol::Reply;
+    use crate::testing::RedisProcess;
+    let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let (old_addr, new_addr) = (old.location(), new.location());
+    let dbs = [db(
+        "a",
+        &[(&old_addr, Role::Master), (&new_addr, Role::Slave)],
+    )];
+    let send = |task: &mut TaskConnection, args: &[&str]| {
+        let mut command = crate::protocol::Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        dbs[0].execute(&mut command, true, task, &mut |_| {})
+    };
+    let (mut task, mut other) = (TaskConnection::default(), TaskConnection::default());
+    send(&mut task, &["MULTI"]).expect("MULTI");
+    send(&mut other, &["MULTI"]).expect("MULTI");
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(&old_addr),
+        },
+        0,
+        &dbs,
+    );
+    // Queued while held: fails, and so does the EXEC of what was lost.
+    let queued = send(&mut task, &["INCR", "counter"]);
+    assert!(
+        matches!(queued, Err(crate::error::Error::FailedOverUnderTask { .. })),
+        "{queued:?}"
+    );
+    assert!(send(&mut task, &["EXEC"]).is_err());
+    // `DISCARD` goes.
+    let discarded = send(&mut other, &["DISCARD"]);
+    assert!(matches!(discarded, Ok(Reply::Status(_))), "{discarded:?}");
+    // The promotion: the next transaction goes to the new master.
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(&old_addr),
+            new: at(&new_addr),
+        },
+        0,
+        &dbs,
+    );
+    send(&mut task, &["MULTI"]).expect("MULTI");
+    send(&mut task, &["INCR", "counter"]).expect("queued");
+    let exec = send(&mut task, &["EXEC"]);
+    assert!(matches!(exec, Ok(Reply::Array(_))), "{exec:?}");
+    assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+    assert_eq!(new.cli(&["DBSIZE"]).trim(), "1");
 }
