@@ -22,6 +22,12 @@ pub enum Error {
         "timeout after {held_ms} ms held, not sent: Sentinel is failing over the master {master}"
     )]
     FailoverHeld { master: String, held_ms: u128 },
+    #[error(
+        "not sent: Sentinel fails over (or has replaced) the master {master} this task's \
+         MULTI / WATCH (or connection state) is on; that connection is closed, and what was \
+         queued or set on it dropped"
+    )]
+    FailedOverUnderTask { master: String },
     #[error("no {role} server available")]
     NoServer { role: &'static str },
     #[error("command of {size} bytes is larger than the {limit} bytes limit")]

@@ -511,6 +511,22 @@ impl Database {
             x.note(Note::Debug(&text));
         }
         let mut lease = pinned.into_lease();
+        if x.master && self.failed_over_under_task(x, &server) {
+            // Closed, not sent: the server drops what the task queued or
+            // watched there, and the write is never acknowledged by a
+            // master Sentinel is replacing (lost once it turns replica).
+            // Not held either: the transaction cannot move to the new
+            // master.
+            lease.retire();
+            x.task.session.lose();
+            // This command ends what was lost (`EXEC`, `DISCARD`...):
+            // nothing is left for the next ones to fail on.
+            let _ = x.task.session.admit(x.effect);
+            self.stats.inc(Counter::CommandsFailed);
+            return Err(Error::FailedOverUnderTask {
+                master: server.location().to_string(),
+            });
+        }
         let in_multi = x.task.session.in_multi();
         match self.send(&mut lease, &server, x, in_multi) {
             Ok(reply) => Ok(self.settle(x, reply, lease, &server)),
@@ -523,6 +539,16 @@ impl Database {
                 Err(err)
             }
         }
+    }
+
+    /// Whether the master a task's kept connection goes to is being
+    /// replaced (a failover hold is on for it) or was (Sentinel calls it
+    /// a replica now): a `master=true` command must not run there.
+    /// `DISCARD`, `UNWATCH` and `RESET`, which only drop what is there,
+    /// still go.
+    fn failed_over_under_task(&self, x: &Execution, server: &Server) -> bool {
+        !matches!(x.effect, Effect::Discard | Effect::Unwatch | Effect::Reset)
+            && (server.is_replica_for_sentinel() || self.hold.holds(server.location()))
     }
 
     /// Counts a reply and decides where its connection goes: kept by the

@@ -50,8 +50,11 @@ impl FailoverHold {
     pub(crate) fn start(&self, master: &Location, until: Instant) -> bool {
         let mut held = self.state();
         let (new, until) = match held.as_ref() {
-            // The same failover seen again: its first bound stands.
-            Some(h) if &h.master == master => (false, h.until),
+            // The same failover seen again: its first bound stands. A
+            // hold past its bound is over even if no `wait` lifted it (no
+            // master command came meanwhile): the failover it held ended
+            // unheard, and this one is the next, with a bound of its own.
+            Some(h) if &h.master == master && Instant::now() < h.until => (false, h.until),
             _ => (true, until),
         };
         *held = Some(Held {
@@ -82,6 +85,15 @@ impl FailoverHold {
         self.on.store(false, Ordering::Release);
         self.lifted.notify_all();
         was
+    }
+
+    /// Whether a hold is on for `master` (and within its bound).
+    pub(crate) fn holds(&self, master: &Location) -> bool {
+        self.is_on()
+            && self
+                .state()
+                .as_ref()
+                .is_some_and(|h| &h.master == master && Instant::now() < h.until)
     }
 
     pub(crate) fn is_on(&self) -> bool {

@@ -34,6 +34,14 @@ pub(crate) struct Knowledge {
     /// its abort lifts the hold: a Sentinel that lost the election
     /// publishes `-failover-abort-not-elected` while the leader goes on.
     leaders: HashMap<Location, usize>,
+    /// Promotions heard, by the master replaced: the one promoted, and
+    /// until when a refresh naming the old master is older news. From
+    /// `+promoted-slave` to `+switch-master` (the leader reconfigures the
+    /// other replicas, up to `failover-timeout`; the others learn it from
+    /// its hello, seconds later), `SENTINEL masters` still names the old
+    /// master: applied, it would give the old master its writes back,
+    /// lost once it turns replica.
+    promoted: HashMap<Location, (Location, Instant)>,
 }
 
 /// The longest a hold lasts without news from Sentinel when its master's
@@ -42,6 +50,11 @@ pub(crate) struct Knowledge {
 const MAX_HOLD: Duration = Duration::from_secs(10);
 /// Past the `failover-timeout`, time for Sentinel's abort to arrive.
 const HOLD_MARGIN: Duration = Duration::from_secs(1);
+/// Sentinel's `failover-timeout` when no refresh gave it.
+const DEFAULT_FAILOVER_TIMEOUT: Duration = Duration::from_secs(180);
+/// Past the `failover-timeout`, time for every Sentinel to learn the
+/// switch from the leader's hello (sent every 2 s).
+const SWITCH_MARGIN: Duration = Duration::from_secs(5);
 
 /// Calls `change` on every server of `dbs` at `addr`.
 fn each_server(
@@ -66,6 +79,7 @@ impl Knowledge {
             failover_timeouts: HashMap::new(),
             holding: Vec::new(),
             leaders: HashMap::new(),
+            promoted: HashMap::new(),
         }
     }
 
@@ -120,6 +134,46 @@ impl Knowledge {
         self.holding.retain(|db| db.failover_hold().is_on());
     }
 
+    /// `new` replaces `old` (`+promoted-slave`, or `+switch-master`):
+    /// until every Sentinel says so, a refresh naming `old` as the master
+    /// is older news. Remembered, rather than trusting Sentinel's
+    /// `failover_in_progress` flag, because only the leader sets that
+    /// flag: the others answer with the old master and no flag until the
+    /// leader's hello. The memory is sound for the whole failover timeout
+    /// after the promotion: `+switch-master` comes within it, and Sentinel
+    /// starts no new failover of that master for twice that time (a
+    /// forced one, `SENTINEL FAILOVER`, publishes its own promotion,
+    /// which replaces this one).
+    fn remember_promotion(&mut self, name: &str, old: &Location, new: &Location) {
+        if old == new {
+            return;
+        }
+        // `new` back as the master: what was said of it is over.
+        self.promoted.remove(new);
+        let timeout = self
+            .failover_timeouts
+            .get(name)
+            .copied()
+            .unwrap_or(DEFAULT_FAILOVER_TIMEOUT);
+        let until = Instant::now() + timeout + SWITCH_MARGIN;
+        self.promoted.insert(old.clone(), (new.clone(), until));
+    }
+
+    /// Whether a refresh naming `master` as the master predates a
+    /// promotion heard since. A refresh that names the promoted one as a
+    /// master shows Sentinel has caught up: forgotten then (in
+    /// [`Self::on_refresh`]), as at the memory's bound.
+    fn predates_promotion(&mut self, master: &Location) -> bool {
+        match self.promoted.get(master) {
+            Some((_, until)) if Instant::now() < *until => true,
+            Some(_) => {
+                self.promoted.remove(master);
+                false
+            }
+            None => false,
+        }
+    }
+
     fn is_down(&self, addr: &Location) -> bool {
         self.sdown.contains(addr) || self.odown.contains(addr)
     }
@@ -172,7 +226,7 @@ impl Knowledge {
                 }
                 self.apply_down(dbs, addr, &mut log);
             }
-            Event::SwitchMaster { old, new, .. } => {
+            Event::SwitchMaster { name, old, new } => {
                 if self.discover {
                     // The new master joins every database that held the old
                     // one (it is a replica they may not know yet).
@@ -187,6 +241,7 @@ impl Knowledge {
                 }
                 Self::apply_role(dbs, old, Role::Slave, &mut log);
                 Self::apply_role(dbs, new, Role::Master, &mut log);
+                self.remember_promotion(name, old, new);
                 // Sentinel saw the replica answer as a master: the held
                 // commands go to it, on the roles just set.
                 self.lift(old, &new.to_string(), &mut log);
@@ -199,6 +254,7 @@ impl Knowledge {
             Event::FailoverAborted { master, .. }
                 if self.leaders.get(master).is_some_and(|&l| l != sentinel) => {}
             Event::FailoverAborted { master, .. } => {
+                self.promoted.remove(master);
                 self.lift(master, &format!("{master} (failover aborted)"), &mut log);
             }
             Event::RoleReported { addr, role } => Self::apply_role(dbs, addr, *role, &mut log),
@@ -222,20 +278,28 @@ impl Knowledge {
         let before: HashSet<Location> = self.sdown.union(&self.odown).cloned().collect();
         self.sdown.clear();
         self.odown.clear();
-        let every = masters.iter().flat_map(|m| {
-            std::iter::once((&m.master, Role::Master))
-                .chain(m.replicas.iter().map(|r| (r, Role::Slave)))
-        });
+        // A promoted master named as such: Sentinel caught up.
+        self.promoted
+            .retain(|_, (new, _)| !masters.iter().any(|m| &m.master.addr == new));
         let mut seen = HashSet::new();
-        for (instance, role) in every.clone() {
-            if instance.sdown {
-                self.sdown.insert(instance.addr.clone());
+        for m in masters {
+            // Its health is news; its roles, older than the promotion,
+            // are not.
+            let roles = !self.predates_promotion(&m.master.addr);
+            let every = std::iter::once((&m.master, Role::Master))
+                .chain(m.replicas.iter().map(|r| (r, Role::Slave)));
+            for (instance, role) in every {
+                if instance.sdown {
+                    self.sdown.insert(instance.addr.clone());
+                }
+                if instance.odown {
+                    self.odown.insert(instance.addr.clone());
+                }
+                if roles {
+                    Self::apply_role(dbs, &instance.addr, role, &mut log);
+                }
+                seen.insert(instance.addr.clone());
             }
-            if instance.odown {
-                self.odown.insert(instance.addr.clone());
-            }
-            Self::apply_role(dbs, &instance.addr, role, &mut log);
-            seen.insert(instance.addr.clone());
         }
         for addr in seen.iter().chain(before.iter()) {
             self.apply_down(dbs, addr, &mut log);

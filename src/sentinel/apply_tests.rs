@@ -477,3 +477,236 @@ fn discovery_follows_a_switch_to_an_unknown_master() {
     assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
 }
+
+/// A hold that passed its bound while no master command waited (nothing
+/// cleared it: the leader went silent on a quiet site) must not swallow
+/// the hold of the next failover of the same master, which a later leader
+/// starts: taken as "the same failover seen again", the new hold would
+/// keep the stale bound, be over at once, and the writes of the second
+/// failover would go to the old master.
+#[test]
+fn a_stale_hold_does_not_swallow_the_next_failover() {
+    let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
+    let mut knowledge = Knowledge::new(false);
+    // failover-timeout 0 from a refresh: each hold lasts `HOLD_MARGIN`.
+    let mut master = reported(M, false);
+    master.name = "main".into();
+    master.failover_timeout = Some(Duration::ZERO);
+    knowledge.on_refresh(
+        &[Master {
+            master,
+            replicas: vec![reported(R1, false)],
+        }],
+        &dbs,
+    );
+    let started = Event::FailoverStarted {
+        name: "main".into(),
+        master: at(M),
+    };
+    // Sentinel 0 leads, then goes silent; no write comes meanwhile.
+    knowledge.on_event(&started, 0, &dbs);
+    std::thread::sleep(HOLD_MARGIN + Duration::from_millis(100));
+    // A new epoch: Sentinel 1 leads a new failover of the same master.
+    knowledge.on_event(&started, 1, &dbs);
+    let waited = dbs[0]
+        .failover_hold()
+        .wait(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(
+        format!("{waited:?}").starts_with("Expired"),
+        "the second failover's writes were not held: {waited:?}"
+    );
+}
+
+/// Between `+promoted-slave` and `+switch-master` (the leader
+/// reconfigures the other replicas: a second or more), `SENTINEL
+/// masters` still names the old master, on the leader as on the others
+/// (they learn the switch from the leader's hello, up to 2 s later). A
+/// refresh in that window (the periodic one, or a new topology session)
+/// must not give the old master its role back: writes would go to it
+/// until the next `+switch-master`, lost once it is turned into a
+/// replica.
+#[test]
+fn a_refresh_during_the_failover_does_not_undo_the_promotion() {
+    let dbs = [db(
+        "a",
+        &[(M, Role::Master), (R1, Role::Slave), (R2, Role::Slave)],
+    )];
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(M),
+        },
+        0,
+        &dbs,
+    );
+    // `+promoted-slave` from the leader.
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(M),
+            new: at(R1),
+        },
+        0,
+        &dbs,
+    );
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+    // What `SENTINEL masters` / `replicas` answer before `+switch-master`.
+    knowledge.on_refresh(
+        &[Master {
+            master: reported(M, false),
+            replicas: vec![reported(R1, false), reported(R2, false)],
+        }],
+        &dbs,
+    );
+    assert_eq!(
+        state(&dbs[0], M),
+        Some((Role::Slave, false)),
+        "the old master is given writes again"
+    );
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+}
+
+/// Once a refresh names the promoted master, Sentinel has caught up:
+/// what later refreshes say applies again, the old master's role too.
+#[test]
+fn a_refresh_naming_the_promoted_master_ends_the_wait_for_the_switch() {
+    let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(M),
+            new: at(R1),
+        },
+        0,
+        &dbs,
+    );
+    let refresh = |master: &str, replica: &str| {
+        [Master {
+            master: reported(master, false),
+            replicas: vec![reported(replica, false)],
+        }]
+    };
+    knowledge.on_refresh(&refresh(R1, M), &dbs);
+    assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
+    knowledge.on_refresh(&refresh(M, R1), &dbs);
+    assert_eq!(state(&dbs[0], M), Some((Role::Master, false)));
+    assert_eq!(state(&dbs[0], R1), Some((Role::Slave, false)));
+}
+
+/// A transaction (`MULTI` ... `EXEC`) begun on the old master before
+/// the failover keeps its connection (`execute_pinned`): its `EXEC`, sent
+/// after the promotion is known, must not run on the old master and be
+/// acknowledged (the write would be lost once the old master turns
+/// replica). It fails instead, never sent.
+#[test]
+fn a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old_master() {
+    use crate::database::TaskConnection;
+    use crate::testing::RedisProcess;
+    let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let (old_addr, new_addr) = (old.location(), new.location());
+    let dbs = [db(
+        "a",
+        &[(&old_addr, Role::Master), (&new_addr, Role::Slave)],
+    )];
+    let mut task = TaskConnection::default();
+    let mut send = |args: &[&str]| {
+        let mut command = crate::protocol::Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        dbs[0].execute(&mut command, true, &mut task, &mut |_| {})
+    };
+    send(&["MULTI"]).expect("MULTI");
+    send(&["INCR", "counter"]).expect("queued");
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(&old_addr),
+        },
+        0,
+        &dbs,
+    );
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(&old_addr),
+            new: at(&new_addr),
+        },
+        0,
+        &dbs,
+    );
+    let exec = send(&["EXEC"]);
+    assert!(
+        exec.is_err() || old.cli(&["DBSIZE"]).trim() == "0",
+        "EXEC acknowledged by the demoted master: {exec:?}"
+    );
+    assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+    // That EXEC ended the transaction: the task's next command goes on.
+    send(&["SET", "k", "v"]).expect("a write after the failed EXEC");
+    assert_eq!(new.cli(&["DBSIZE"]).trim(), "1");
+}
+
+/// While the hold is on for the master a task's transaction is on, its
+/// commands fail, never sent, and the connection is closed (what was
+/// queued there goes with it); `DISCARD` still goes. The task's next
+/// transaction starts afresh, on the master then known.
+#[test]
+fn a_transaction_on_a_held_master_fails_and_the_next_one_starts_afresh() {
+    use crate::database::TaskConnection;
+    use crate::protocol::Reply;
+    use crate::testing::RedisProcess;
+    let (old, new) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
+    let (old_addr, new_addr) = (old.location(), new.location());
+    let dbs = [db(
+        "a",
+        &[(&old_addr, Role::Master), (&new_addr, Role::Slave)],
+    )];
+    let send = |task: &mut TaskConnection, args: &[&str]| {
+        let mut command = crate::protocol::Command::new(args[0].as_bytes());
+        for arg in &args[1..] {
+            command.push(arg.as_bytes());
+        }
+        dbs[0].execute(&mut command, true, task, &mut |_| {})
+    };
+    let (mut task, mut other) = (TaskConnection::default(), TaskConnection::default());
+    send(&mut task, &["MULTI"]).expect("MULTI");
+    send(&mut other, &["MULTI"]).expect("MULTI");
+    let mut knowledge = Knowledge::new(false);
+    knowledge.on_event(
+        &Event::FailoverStarted {
+            name: "main".into(),
+            master: at(&old_addr),
+        },
+        0,
+        &dbs,
+    );
+    // Queued while held: fails, and so does the EXEC of what was lost.
+    let queued = send(&mut task, &["INCR", "counter"]);
+    assert!(
+        matches!(queued, Err(crate::error::Error::FailedOverUnderTask { .. })),
+        "{queued:?}"
+    );
+    assert!(send(&mut task, &["EXEC"]).is_err());
+    // `DISCARD` goes.
+    let discarded = send(&mut other, &["DISCARD"]);
+    assert!(matches!(discarded, Ok(Reply::Status(_))), "{discarded:?}");
+    // The promotion: the next transaction goes to the new master.
+    knowledge.on_event(
+        &Event::SwitchMaster {
+            name: "main".into(),
+            old: at(&old_addr),
+            new: at(&new_addr),
+        },
+        0,
+        &dbs,
+    );
+    send(&mut task, &["MULTI"]).expect("MULTI");
+    send(&mut task, &["INCR", "counter"]).expect("queued");
+    let exec = send(&mut task, &["EXEC"]);
+    assert!(matches!(exec, Ok(Reply::Array(_))), "{exec:?}");
+    assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
+    assert_eq!(new.cli(&["DBSIZE"]).trim(), "1");
+}

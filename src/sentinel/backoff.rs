@@ -1,7 +1,8 @@
 //! The pause before a Sentinel's failover events are listened to again
-//! (`super::monitor`, one thread per Sentinel): a Sentinel that fails,
-//! refuses the subscription, or accepts it and closes at once, must not
-//! get a new connection after another.
+//! (`super::monitor`, one thread per Sentinel), and before the topology
+//! thread tries its list again after a round of failures: a Sentinel
+//! that fails, refuses the subscription, or accepts it (and serves) and
+//! closes soon after, must not get a new connection after another.
 use std::time::Duration;
 
 /// The first pause, and the least there is between two connections to
@@ -20,11 +21,18 @@ impl Backoff {
         Backoff { pause: FIRST_PAUSE }
     }
 
+    /// Whether a connection subscribed for `served` (None: it never was)
+    /// was steady: it lasted [`MAX_PAUSE`] at least. A shorter one is a
+    /// failure, however well it began.
+    pub(crate) fn is_steady(served: Option<Duration>) -> bool {
+        served.is_some_and(|served| served >= MAX_PAUSE)
+    }
+
     /// The pause after a connection that ended, subscribed for `served`
     /// (None: it never was): doubled after each short one, up to
     /// [`MAX_PAUSE`], and back to [`FIRST_PAUSE`] after a steady one.
     pub(crate) fn after(&mut self, served: Option<Duration>) -> Duration {
-        if served.is_some_and(|served| served >= MAX_PAUSE) {
+        if Self::is_steady(served) {
             self.pause = FIRST_PAUSE;
         }
         let pause = self.pause;

@@ -39,11 +39,6 @@ const PING_AFTER: Duration = Duration::from_secs(1);
 /// The bound of a connect or a command when the VCL's timeout is 0
 /// ("none"): the thread must not hang on a Sentinel that never answers.
 const DEFAULT_WAIT: Duration = Duration::from_secs(2);
-/// Pause after every Sentinel of the list failed in a row, doubled after
-/// each such round up to [`MAX_ROUND_PAUSE`] (each failure is logged: a
-/// list of dead Sentinels must not flood the log).
-const ROUND_PAUSE: Duration = super::backoff::FIRST_PAUSE;
-const MAX_ROUND_PAUSE: Duration = super::backoff::MAX_PAUSE;
 
 /// The running threads of one VCL; dropping them stops and joins them.
 ///
@@ -145,11 +140,9 @@ struct Shared {
 /// Why a session with one Sentinel ended.
 enum End {
     Stopped,
-    /// The Sentinel failed; `served`: it had served first (subscribed
-    /// and answered `SENTINEL masters`).
+    /// The Sentinel failed.
     Failed {
         reason: String,
-        served: bool,
     },
 }
 
@@ -213,9 +206,13 @@ impl Shared {
         }
     }
 
-    /// The topology thread: Sentinels in turn until stopped; a pause after
-    /// a whole round of failures (a loop bounded in time by the stop
-    /// flag).
+    /// The topology thread: Sentinels in turn until stopped; a pause
+    /// ([`Backoff`]) after a whole round of failures (a loop bounded in
+    /// time by the stop flag). A session counts as a failure unless it was
+    /// steady ([`Backoff::is_steady`]): Sentinels that close each session
+    /// soon after it served would otherwise get a new one after another,
+    /// without a pause (each ended session is logged: a list of dead or
+    /// hostile Sentinels must not flood the log either).
     fn run(&self) {
         // What an earlier warm period learnt may be stale: only what
         // Sentinel says from now on counts.
@@ -227,32 +224,32 @@ impl Shared {
         let count = self.config.locations.len();
         let mut next = 0;
         let mut failed_in_row = 0;
-        let mut pause = ROUND_PAUSE;
+        let mut backoff = Backoff::new();
         while !self.stopped() {
             let location = self.config.locations[next].clone();
-            match self.session(&location, next) {
-                // A wait the flag ended fails as a timeout: not the
-                // Sentinel's failure, and not logged.
-                End::Stopped | End::Failed { .. } if self.stopped() => return,
+            let (end, served) = self.session(&location, next);
+            // A wait the flag ended fails as a timeout: not the
+            // Sentinel's failure, and not logged.
+            let reason = match end {
+                _ if self.stopped() => return,
                 End::Stopped => return,
-                End::Failed { reason, served } => {
-                    (self.log)(
-                        Level::Error,
-                        &format!("[REDIS] sentinel {location}: {reason}; trying the next one"),
-                    );
-                    if served {
-                        failed_in_row = 1;
-                        pause = ROUND_PAUSE;
-                    } else {
-                        failed_in_row += 1;
-                    }
-                }
+                End::Failed { reason } => reason,
+            };
+            (self.log)(
+                Level::Error,
+                &format!("[REDIS] sentinel {location}: {reason}; trying the next one"),
+            );
+            if Backoff::is_steady(served) {
+                // The first failure of a new round, with the pauses over.
+                failed_in_row = 1;
+                backoff = Backoff::new();
+            } else {
+                failed_in_row += 1;
             }
             next = (next + 1) % count;
             if failed_in_row >= count {
                 failed_in_row = 0;
-                self.pause(pause);
-                pause = (pause * 2).min(MAX_ROUND_PAUSE);
+                self.pause(backoff.after(None));
             }
         }
     }
@@ -269,7 +266,7 @@ impl Shared {
                 return;
             }
             let pause = backoff.after(served);
-            if let End::Failed { reason, .. } = end {
+            if let End::Failed { reason } = end {
                 (self.log)(
                     Level::Error,
                     &format!(
@@ -305,13 +302,7 @@ impl Shared {
         let mut pubsub = match self.connect(&self.connector(location)) {
             _ if self.stopped() => return (End::Stopped, None),
             Ok(conn) => conn,
-            Err(reason) => {
-                let end = End::Failed {
-                    reason,
-                    served: false,
-                };
-                return (end, None);
-            }
+            Err(reason) => return (End::Failed { reason }, None),
         };
         if let Err(end) = self.subscribe(location, index, &mut pubsub, &event::FAILOVER_PATTERNS) {
             return (end, None);
@@ -328,24 +319,25 @@ impl Shared {
     }
 
     /// The topology session: listens to one Sentinel until it fails or
-    /// the thread is stopped.
-    fn session(&self, location: &Location, index: usize) -> End {
-        let failed = |reason: String, served| End::Failed { reason, served };
+    /// the thread is stopped; with how long it served (from its first
+    /// `SENTINEL masters` on), if it did.
+    fn session(&self, location: &Location, index: usize) -> (End, Option<Duration>) {
+        let failed = |reason: String| (End::Failed { reason }, None);
         let connector = self.connector(location);
         // Each step checks the flag first: a wait that ended on it fails
         // as a timeout, which is no failure of the Sentinel to log.
         let mut commands = match self.connect(&connector) {
-            _ if self.stopped() => return End::Stopped,
+            _ if self.stopped() => return (End::Stopped, None),
             Ok(conn) => conn,
-            Err(reason) => return failed(reason, false),
+            Err(reason) => return failed(reason),
         };
         let mut pubsub = match self.connect(&connector) {
-            _ if self.stopped() => return End::Stopped,
+            _ if self.stopped() => return (End::Stopped, None),
             Ok(conn) => conn,
-            Err(reason) => return failed(reason, false),
+            Err(reason) => return failed(reason),
         };
         if let Err(end) = self.subscribe(location, index, &mut pubsub, &event::TOPOLOGY_PATTERNS) {
-            return end;
+            return (end, None);
         }
         self.debug(location, || {
             format!(
@@ -355,12 +347,13 @@ impl Shared {
         });
         // Asked once subscribed, so that no event falls in between.
         match self.refresh(location, &mut commands) {
-            _ if self.stopped() => return End::Stopped,
+            _ if self.stopped() => return (End::Stopped, None),
             Ok(()) => {}
-            Err(reason) => return failed(reason, false),
+            Err(reason) => return failed(reason),
         }
-        let mut refreshed = Instant::now();
-        self.serve(location, index, &mut pubsub, || {
+        let since = Instant::now();
+        let mut refreshed = since;
+        let end = self.serve(location, index, &mut pubsub, || {
             if self
                 .config
                 .period
@@ -370,7 +363,8 @@ impl Shared {
                 refreshed = Instant::now();
             }
             Ok(())
-        })
+        });
+        (end, Some(since.elapsed()))
     }
 
     /// Reads the subscribed connection to the Sentinel at `index`
@@ -384,10 +378,7 @@ impl Shared {
         pubsub: &mut Connection,
         mut each_slice: impl FnMut() -> Result<(), String>,
     ) -> End {
-        let failed = |reason: String| End::Failed {
-            reason,
-            served: true,
-        };
+        let failed = |reason: String| End::Failed { reason };
         let ping = packed(&["PING"]);
         let mut heard = Instant::now();
         let mut ping_sent: Option<Instant> = None;
@@ -449,7 +440,6 @@ impl Shared {
     ) -> Result<(), End> {
         let failed = |reason: String| End::Failed {
             reason: format!("PSUBSCRIBE: {reason}"),
-            served: false,
         };
         let mut subscribe = vec!["PSUBSCRIBE"];
         subscribe.extend(patterns);

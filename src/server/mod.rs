@@ -163,6 +163,11 @@ impl Server {
         self.set_role(role);
     }
 
+    /// Sentinel called this server a replica (its last verdict).
+    pub(crate) fn is_replica_for_sentinel(&self) -> bool {
+        self.sentinel_role.load(Ordering::Relaxed) == ROLE_SLAVE
+    }
+
     /// Records what the server answered to `ROLE` and returns the role it
     /// is given: the answer, except that a server Sentinel calls a replica
     /// stays one whatever it says of itself. An old master that restarts
