@@ -10,14 +10,18 @@
 //! cargo bench --bench system -- --only s1,s2 --s1-cached --s2-read-heavy   # the near cache
 //! cargo bench --bench system -- --only s2 --s2-write-heavy
 //! cargo bench --bench system -- --help       # every option
+//! # ours alone on Varnish 8.0 (built from source; no C VMOD for it):
+//! bash scripts/varnish 8.0 cargo bench --bench system -- --ours-only --only s1,s2
 //! ```
 //!
 //! It installs nothing: it first checks for varnishd, varnishstat, the
-//! `varnish-redis` package, redis-server, redis-benchmark, wrk (and ab when
-//! `--s1-client ab`) and taskset (with `--pin`), and prints the
-//! `apt-get install` line for what is missing. Then it
-//! 1. builds ours with `cargo build --release --lib` and copies the .so into
-//!    a fresh 0755 directory under `$TMPDIR` (varnishd drops privileges);
+//! `varnish-redis` package (not with `--ours-only`), redis-server,
+//! redis-benchmark, wrk (and ab when `--s1-client ab`) and taskset (with
+//! `--pin`), and prints the `apt-get install` line for what is missing.
+//! Then it
+//! 1. builds ours with `cargo build --release --lib` (under this process's
+//!    environment: `PKG_CONFIG_PATH`, `CARGO_TARGET_DIR`) and copies the .so
+//!    into a fresh 0755 directory under `$TMPDIR` (varnishd drops privileges);
 //! 2. starts one `redis-server --save "" --appendonly no` on a free loopback
 //!    port and a UNIX socket (and, when S3 runs, a TLS port: a CA and a
 //!    certificate for 127.0.0.1 written into the temporary directory by
@@ -30,7 +34,7 @@
 //!    (`import redis from "<abs path>";`), loads it with wrk, stops it, then
 //!    the same with the C VMOD (`import redis;`): ours, theirs, ours,
 //!    theirs... so that machine drift hits both alike (theirs is left out,
-//!    "n/a", where it cannot run: TLS);
+//!    "n/a", where it cannot run: TLS, and everywhere with `--ours-only`);
 //! 4. writes `benches/results/<date>-<host>.md` (`-quick.md` with `--quick`,
 //!    `-custom.md` with any other option)
 //!    with the machine, versions, exact commands, every figure and the
@@ -81,13 +85,27 @@
 //!   runs S1 as N GETs of one key, near-cache hits beside round trips.
 //!   Each reports Redis CPU per request beside req/s.
 //!
+//! `--ours-only` runs ours alone: the C VMOD is neither required by the
+//! preflight nor run, and theirs' columns say "n/a" as S3's TLS rows do
+//! (ratios and targets against theirs too). It is for a Varnish the C VMOD
+//! is not packaged for, such as 8.0 from `bash scripts/varnish 8.0`, whose
+//! environment (PATH with 8.0's varnishd first, PKG_CONFIG_PATH) the run
+//! follows: ours is built by cargo under that environment (build.rs reads
+//! PKG_CONFIG_PATH and reruns when it changes), and varnishd, varnishstat
+//! are the first in PATH. Every report names that varnishd and its
+//! `varnishd -V`, and the varnishapi ours was built against; an ours-only
+//! report's file name carries the release (`...-ours-varnish-8.0.0-quick.md`)
+//! so that runs on two series the same day do not overwrite each other.
+//!
 //! `--pin` puts varnishd (manager and child, every thread: `taskset -a -c
 //! -p 0` after start) on CPU 0 and redis-server(s) and wrk (started under
 //! `taskset -c 1`) on CPU 1, so that one-client runs do not depend on where
 //! the scheduler puts the processes; the report says whether it was on.
 //!
 //! Environment: `TMPDIR` (where the temporary directory goes),
-//! `CARGO` (the cargo that builds the .so; set by `cargo bench`).
+//! `CARGO` (the cargo that builds the .so; set by `cargo bench`), `PATH`
+//! (varnishd, varnishstat, redis-server, wrk...), `PKG_CONFIG_PATH` (the
+//! Varnish ours is built against; `--ours-only` above).
 
 mod clients;
 #[path = "../../tests/support/cluster.rs"]
@@ -255,8 +273,16 @@ fn run(o: Opts) -> Res<()> {
         (false, true) => "full",
         (false, false) => "custom",
     };
+    let (varnish, varnishd_path) = varnishd_version();
+    // Ours alone is run on several Varnish series the same day: the name
+    // says which, so that one run does not overwrite another's.
+    let ours_only = if o.ours_only {
+        format!("-ours-{}", varnish_release(&varnish).unwrap_or("varnish"))
+    } else {
+        String::new()
+    };
     let base = format!(
-        "{date}-{host}{}",
+        "{date}-{host}{ours_only}{}",
         if kind == "full" {
             String::new()
         } else {
@@ -266,13 +292,17 @@ fn run(o: Opts) -> Res<()> {
     fs::create_dir_all(&o.out_dir).map_err(|e| format!("{}: {e}", o.out_dir.display()))?;
     let elapsed = started.elapsed().as_secs();
     let mut r = String::new();
-    let _ = writeln!(r, "# vmod-redis vs the C VMOD: system benchmark\n");
+    if o.ours_only {
+        let _ = writeln!(r, "# vmod-redis alone: system benchmark\n");
+    } else {
+        let _ = writeln!(r, "# vmod-redis vs the C VMOD: system benchmark\n");
+    }
     let _ = writeln!(
         r,
         "{date} {time} UTC on `{host}`; {} run (`cargo bench --bench system{}`), {} min {} s. \
          Generated by `benches/system/`: ours is this repository's VMOD, theirs the C VMOD \
-         (libvmod-redis, Debian `{THEIRS_PKG}`). Ratios are ours / theirs. \
-         CPU pinning: {}.\n",
+         (libvmod-redis, Debian `{THEIRS_PKG}`). Ratios are ours / theirs. {}\
+         Varnish: {varnish} (`{varnishd_path}`). CPU pinning: {}.\n",
         kind,
         if o.given.is_empty() {
             String::new()
@@ -281,6 +311,11 @@ fn run(o: Opts) -> Res<()> {
         },
         elapsed / 60,
         elapsed % 60,
+        if o.ours_only {
+            "**Ours only** (`--ours-only`): theirs was not run, its columns say n/a. "
+        } else {
+            ""
+        },
         pin_note(o.pin)
     );
     let mut targets = Targets { lines: Vec::new() };
@@ -329,7 +364,7 @@ fn run(o: Opts) -> Res<()> {
     }
     r.push_str(&body);
     machine_section(&mut r, &load_start, o.pin);
-    versions_section(&mut r, &env, &theirs);
+    versions_section(&mut r, &env, theirs.as_deref(), (&varnish, &varnishd_path));
     commands_section(&mut r);
     let _ = writeln!(r, "<details><summary>VCL of S1 (ours; theirs says <code>import redis;</code>)</summary>\n\n```vcl\n{}```\n</details>\n",
         s1_vcl("import redis from \"/path/to/libvmod_redis.so\";", "127.0.0.1:PORT"));

@@ -36,6 +36,9 @@ pub(crate) struct Opts {
     /// instead of seed 001's cells.
     pub(crate) s1_cached: bool,
     pub(crate) pin: bool,
+    /// Ours alone: the C VMOD is neither required nor run (a Varnish it is
+    /// not packaged for, such as 8.0); its columns say n/a.
+    pub(crate) ours_only: bool,
     pub(crate) rb_requests: u32,
     pub(crate) s1_client: S1Client,
     pub(crate) out_dir: PathBuf,
@@ -67,6 +70,10 @@ usage: cargo bench --bench system -- [options]
                       with and without near_cache (tracking on, nothing hits)
   --s1-cached         S1 as N GETs of one key, ours only: near cache hits against
                       round trips (slopes in us per command)
+  --ours-only         ours alone: the C VMOD is neither required nor run, its columns
+                      say n/a (for a Varnish it is not packaged for, e.g. 8.0 from
+                      `bash scripts/varnish 8.0`); the report names the varnishd
+                      first in PATH and its version
   --pin               varnishd on CPU 0, redis-server(s) and wrk on CPU 1 (taskset)
   --s1-client wrk|ab  S1 load generator (default wrk: wrk -t1 -c1; ab: ab -k -c 1 -t)
   --out DIR           report directory (default benches/results)
@@ -103,6 +110,7 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         s2_value_bytes: 12,
         s1_cached: false,
         pin: false,
+        ours_only: false,
         rb_requests: if quick { 5_000 } else { 30_000 },
         s1_client: S1Client::Wrk,
         out_dir: manifest.join("benches/results"),
@@ -129,6 +137,7 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
             "--s2-write-heavy" => o.s2_variant = S2Variant::WriteHeavy,
             "--s1-cached" => o.s1_cached = true,
             "--pin" => o.pin = true,
+            "--ours-only" => o.ours_only = true,
             "--help" | "-h" => {
                 print!("{USAGE}");
                 return Ok(None);
@@ -209,4 +218,15 @@ pub(crate) fn parse_opts() -> Res<Option<Opts>> {
         return Err("--s2-cluster: S2 is not run (see --only)".into());
     }
     Ok(Some(o))
+}
+
+impl Opts {
+    /// The VMODs every configuration runs, ours first.
+    pub(crate) fn vmods(&self) -> &'static [Vmod] {
+        if self.ours_only {
+            &[Vmod::Ours]
+        } else {
+            &[Vmod::Ours, Vmod::Theirs]
+        }
+    }
 }

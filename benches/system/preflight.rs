@@ -35,7 +35,9 @@ pub(crate) fn theirs_so() -> Option<PathBuf> {
         .filter(|p| p.is_file())
 }
 
-pub(crate) fn preflight(o: &Opts) -> Res<PathBuf> {
+/// Checks what the run needs; returns the C VMOD's path (None with
+/// `--ours-only`, which neither needs nor runs it).
+pub(crate) fn preflight(o: &Opts) -> Res<Option<PathBuf>> {
     let mut tools = vec![
         ("varnishd", "varnish"),
         ("varnishstat", "varnish"),
@@ -68,8 +70,8 @@ pub(crate) fn preflight(o: &Opts) -> Res<PathBuf> {
             }
         }
     }
-    let theirs = theirs_so();
-    if dpkg_version(THEIRS_PKG).is_none() || theirs.is_none() {
+    let theirs = if o.ours_only { None } else { theirs_so() };
+    if !o.ours_only && (dpkg_version(THEIRS_PKG).is_none() || theirs.is_none()) {
         missing.push(format!(
             "the C VMOD (package {THEIRS_PKG}, libvmod_redis.so)"
         ));
@@ -83,10 +85,27 @@ pub(crate) fn preflight(o: &Opts) -> Res<PathBuf> {
             pkgs.join(" ")
         ));
     }
-    Ok(theirs.expect("checked above"))
+    Ok(theirs)
 }
 
-/// Builds ours in release mode and returns the cdylib's path.
+/// `varnishd -V`'s first line and the varnishd it ran: the first in PATH,
+/// the one every varnishd of the run is started as.
+pub(crate) fn varnishd_version() -> (String, String) {
+    let path = find_in_path("varnishd").map_or_else(|| "?".into(), |p| p.display().to_string());
+    (first_line(cmd("varnishd", &["-V"])), path)
+}
+
+/// "varnish-8.0.0" out of `varnishd -V`'s first line (for file names).
+pub(crate) fn varnish_release(version_line: &str) -> Option<&str> {
+    version_line
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .find(|w| w.starts_with("varnish-"))
+}
+
+/// Builds ours in release mode and returns the cdylib's path. Cargo runs
+/// with this process's environment: build.rs compiles against the Varnish
+/// `PKG_CONFIG_PATH` finds (and reruns when it changes), into the target
+/// directory `CARGO_TARGET_DIR` names, else this crate's `target/`.
 pub(crate) fn build_ours() -> Res<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Process::new(cargo);

@@ -98,20 +98,38 @@ pub(crate) fn git_rev() -> String {
     }
 }
 
-pub(crate) fn versions_section(r: &mut String, env: &Env, theirs: &Path) {
+/// `varnishd`: its `-V` line and path (see `varnishd_version`); `theirs`:
+/// None with `--ours-only`.
+pub(crate) fn versions_section(
+    r: &mut String,
+    env: &Env,
+    theirs: Option<&Path>,
+    varnishd: (&str, &str),
+) {
     let _ = writeln!(r, "## Versions\n");
-    let _ = writeln!(r, "- varnishd: {}", first_line(cmd("varnishd", &["-V"])));
+    let _ = writeln!(
+        r,
+        "- varnishd: {} (`{}`, the first in PATH)",
+        varnishd.0, varnishd.1
+    );
     let _ = writeln!(
         r,
         "- redis-server: {}",
         first_line(cmd("redis-server", &["--version"]))
     );
-    let _ = writeln!(
-        r,
-        "- theirs: Debian `{THEIRS_PKG}` {} (`{}`, loaded with `import redis;`)",
-        dpkg_version(THEIRS_PKG).unwrap_or_default(),
-        theirs.display()
-    );
+    match theirs {
+        Some(theirs) => {
+            let _ = writeln!(
+                r,
+                "- theirs: Debian `{THEIRS_PKG}` {} (`{}`, loaded with `import redis;`)",
+                dpkg_version(THEIRS_PKG).unwrap_or_default(),
+                theirs.display()
+            );
+        }
+        None => {
+            let _ = writeln!(r, "- theirs: not run (`--ours-only`)");
+        }
+    }
     let _ = writeln!(
         r,
         "- ours: git {} (`cargo build --release`, loaded by absolute path from a copy in `{}`)",
@@ -119,6 +137,13 @@ pub(crate) fn versions_section(r: &mut String, env: &Env, theirs: &Path) {
         env.ours_so
             .parent()
             .map_or(String::new(), |p| p.display().to_string())
+    );
+    let _ = writeln!(
+        r,
+        "- varnishapi ours was built against: {} (`pkg-config --modversion varnishapi`, \
+         PKG_CONFIG_PATH `{}`)",
+        first_line(cmd("pkg-config", &["--modversion", "varnishapi"])),
+        std::env::var("PKG_CONFIG_PATH").unwrap_or_default()
     );
     let _ = writeln!(r, "- {}", first_line(cmd("rustc", &["-V"])));
     let _ = writeln!(r, "- {}", first_line(cmd("wrk", &["-v"])));
@@ -154,6 +179,24 @@ impl Targets {
     }
 }
 
+/// A figure of theirs, "n/a" when theirs did not run (`--ours-only`).
+pub(crate) fn theirs_or_na(s1: &S1, show: impl FnOnce() -> String) -> String {
+    if s1.theirs_ran() {
+        show()
+    } else {
+        "n/a".to_owned()
+    }
+}
+
+/// Whether a target against theirs is met, "n/a" when theirs did not run.
+pub(crate) fn vs_theirs(theirs_ran: bool, ok: bool) -> &'static str {
+    if theirs_ran {
+        yes_no(ok)
+    } else {
+        "n/a (ours only)"
+    }
+}
+
 /// One S1 table: a row per N, a column per command and VMOD, each cell
 /// `show`ing the repetitions of `what`.
 pub(crate) fn s1_cell_table(
@@ -172,9 +215,12 @@ pub(crate) fn s1_cell_table(
     for n in S1_NS {
         let mut row = format!("| {n} |");
         for ci in 0..S1_CMDS.len() {
-            for vi in 0..2 {
-                let _ = write!(row, " {} |", show(&s1.values(vi, ci, n, what)));
-            }
+            let _ = write!(row, " {} |", show(&s1.values(0, ci, n, what)));
+            let _ = write!(
+                row,
+                " {} |",
+                theirs_or_na(s1, || show(&s1.values(1, ci, n, what)))
+            );
         }
         let _ = writeln!(r, "{row}");
     }
@@ -188,15 +234,20 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
         r,
         "Private connections, `max_connections=1`; one client in a closed loop \
          ({}), {} s per cell after a {} s warm-up on the same URL; {reps} \
-         repetitions, each: redis-benchmark, then both varnishd started side by side and every \
-         cell measured on ours then on theirs, back to back. \
+         repetitions, each: redis-benchmark, then {}. \
          Figures are medians over the repetitions, ± the spread (max − min) / median.\n",
         match o.s1_client {
             S1Client::Wrk => "`wrk -t1 -c1 --latency`; ms/request = 1000 / req/s",
             S1Client::Ab => "`ab -k -c 1 -t`; ms/request = time / requests",
         },
         s1.secs,
-        o.s1_warm
+        o.s1_warm,
+        if s1.theirs_ran() {
+            "both varnishd started side by side and every cell measured on ours then on \
+             theirs, back to back"
+        } else {
+            "ours' varnishd started and every cell measured (ours only: theirs n/a)"
+        }
     );
     let _ = writeln!(r, "![S1 plot]({svg_name})\n");
     s1_cell_table(
@@ -236,6 +287,8 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
             .collect()
     };
     let rtt_names = ["SET", "GET", "EVALSHA"];
+    let theirs_ran = s1.theirs_ran();
+    let th = |x: String| theirs_or_na(s1, || x);
     for (ci, cmd) in S1_CMDS.iter().enumerate() {
         let ours = s1.slopes(0, ci, |c| c.ms, 1000.0);
         let theirs = s1.slopes(1, ci, |c| c.ms, 1000.0);
@@ -249,24 +302,24 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
             r,
             "| {cmd} | {} | {} | {} | {} ({}) {} | {} | {} | {} ({}) | {} | {} | {} |",
             f(mo, 1),
-            f(mt, 1),
-            f(ratio(mo, mt), 3),
+            th(f(mt, 1)),
+            th(f(ratio(mo, mt), 3)),
             f(rtt_p50, 0),
             f(rtt_avg, 0),
             rtt_names[ci],
             f(ratio(mo, rtt_p50), 3),
-            f(ratio(mt, rtt_p50), 3),
+            th(f(ratio(mt, rtt_p50), 3)),
             f(b_p50, 1),
             f(b_mean, 1),
             f(ratio(mo, b_p50), 3),
             list(&ours),
-            list(&theirs)
+            th(list(&theirs))
         );
         t.add(format!(
             "S1 latency {cmd}: ours/theirs slope {} (target ≤ 1.0): {}; ours slope / Redis {} RTT p50 {} (target ≤ 1.05): {} \
              (vs the blocking-socket RTT p50: {})",
-            f(ratio(mo, mt), 3),
-            yes_no(ratio(mo, mt) <= 1.0),
+            th(f(ratio(mo, mt), 3)),
+            vs_theirs(theirs_ran, ratio(mo, mt) <= 1.0),
             rtt_names[ci],
             f(ratio(mo, rtt_p50), 3),
             yes_no(ratio(mo, rtt_p50) <= 1.05),
@@ -310,8 +363,8 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
                     format!(
                         "{cmd} ours {} / theirs {} (ratio {})",
                         f(ours, 1),
-                        f(theirs, 1),
-                        f(ratio(ours, theirs), 3)
+                        th(f(theirs, 1)),
+                        th(f(ratio(ours, theirs), 3))
                     )
                 })
                 .collect::<Vec<_>>()
@@ -333,15 +386,15 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
             r,
             "| {cmd} | {} | {} | {} | {} | {} |",
             f(mo, 1),
-            f(mt, 1),
-            f(ratio(mo, mt), 3),
+            th(f(mt, 1)),
+            th(f(ratio(mo, mt), 3)),
             list(&ours),
-            list(&theirs)
+            th(list(&theirs))
         );
         t.add(format!(
             "S1 CPU {cmd}: ours/theirs CPU per command {} (target ≤ 0.8): {}",
-            f(ratio(mo, mt), 3),
-            yes_no(ratio(mo, mt) <= 0.8)
+            th(f(ratio(mo, mt), 3)),
+            vs_theirs(theirs_ran, ratio(mo, mt) <= 0.8)
         ));
     }
     let _ = writeln!(r);
@@ -353,11 +406,11 @@ pub(crate) fn s1_section(r: &mut String, s1: &S1, o: &Opts, svg_name: &str, t: &
             "- rep {}: failed {} / {}; connections {} / {}; received {} / {}",
             i + 1,
             opt(s[0].failed),
-            opt(s[1].failed),
+            th(opt(s[1].failed)),
             opt(s[0].connections),
-            opt(s[1].connections),
+            th(opt(s[1].connections)),
             opt(s[0].received),
-            opt(s[1].received)
+            th(opt(s[1].received))
         );
     }
     let _ = writeln!(r);

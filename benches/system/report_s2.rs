@@ -185,13 +185,14 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
             worst = (q, m.label());
         }
     }
+    let theirs = theirs_ran(rows);
     t.add(format!(
         "S2{} req/s ours ≥ 1.1 × theirs in every Redis column{} (lowest: {} at {}): {}",
         if o.s2_cluster { " (cluster)" } else { "" },
         if reps > 1 { ", medians" } else { "" },
-        f(worst.0, 3),
-        worst.1,
-        yes_no(all)
+        if theirs { f(worst.0, 3) } else { "n/a".into() },
+        if theirs { &worst.1 } else { "–" },
+        vs_theirs(theirs, all)
     ));
     let ours = || rows.iter().filter_map(|(c, r)| Some((c, r[0].as_ref()?)));
     let non2xx: u64 = ours().map(|(_, r)| r.load.non2xx).sum();
@@ -228,13 +229,17 @@ pub(crate) fn s2_section(r: &mut String, rows: &[Row], o: &Opts, svg_name: &str,
             ))
         })
         .collect();
-    let _ = writeln!(
-        r,
-        "RSS ours / theirs: median {} (range {} – {}).\n",
-        f(median(&rss), 2),
-        f(min_max(&rss).0, 2),
-        f(min_max(&rss).1, 2)
-    );
+    if theirs {
+        let _ = writeln!(
+            r,
+            "RSS ours / theirs: median {} (range {} – {}).\n",
+            f(median(&rss), 2),
+            f(min_max(&rss).0, 2),
+            f(min_max(&rss).1, 2)
+        );
+    } else {
+        let _ = writeln!(r, "RSS ours / theirs: n/a (ours only).\n");
+    }
 }
 
 /// S3's TLS rows (ours only) against ours over TCP, ttl 0: the speed, and
@@ -323,6 +328,13 @@ pub(crate) fn s3_section(r: &mut String, rows: &[Row], o: &Opts) {
         )
     };
     let (tcp, unix) = (Transport::Tcp, Transport::Unix);
+    let theirs = |x: f64| {
+        if theirs_ran(rows) {
+            f(x, 3)
+        } else {
+            "n/a".into()
+        }
+    };
     let _ = writeln!(r, "| ratio | ours | theirs |");
     let _ = writeln!(r, "|---|---:|---:|");
     for mode in S3_MODES {
@@ -332,7 +344,7 @@ pub(crate) fn s3_section(r: &mut String, rows: &[Row], o: &Opts) {
                 "| {}, ttl {ttl}: unix / tcp | {} | {} |",
                 mode.label(),
                 f(ratio(get(mode, unix, ttl, 0), get(mode, tcp, ttl, 0)), 3),
-                f(ratio(get(mode, unix, ttl, 1), get(mode, tcp, ttl, 1)), 3)
+                theirs(ratio(get(mode, unix, ttl, 1), get(mode, tcp, ttl, 1)))
             );
         }
         for transport in [tcp, unix] {
@@ -345,10 +357,10 @@ pub(crate) fn s3_section(r: &mut String, rows: &[Row], o: &Opts) {
                     ratio(get(mode, transport, 1, 0), get(mode, transport, 0, 0)),
                     3
                 ),
-                f(
-                    ratio(get(mode, transport, 1, 1), get(mode, transport, 0, 1)),
-                    3
-                )
+                theirs(ratio(
+                    get(mode, transport, 1, 1),
+                    get(mode, transport, 0, 1)
+                ))
             );
         }
     }

@@ -176,9 +176,10 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
         let mut sanity = [Sanity::default(); 2];
         // Both varnishd run side by side (the idle one costs next to
         // nothing) so that each cell is measured ours, theirs, back to
-        // back: drift between the two is seconds, not minutes.
+        // back: drift between the two is seconds, not minutes (ours alone
+        // with `--ours-only`).
         let mut varnishes = Vec::new();
-        for vmod in [Vmod::Ours, Vmod::Theirs] {
+        for &vmod in o.vmods() {
             let vcl = s1_vcl(&env.import_line(vmod), &location);
             varnishes.push(Varnish::start(env, &format!("s1-{}", vmod.name()), &vcl)?);
         }
@@ -190,7 +191,7 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
         }
         let mut received = [0u64; 2];
         for (ci, n) in cells {
-            for (vi, vmod) in [Vmod::Ours, Vmod::Theirs].into_iter().enumerate() {
+            for (vi, &vmod) in o.vmods().iter().enumerate() {
                 let v = &varnishes[vi];
                 let url = format!("http://127.0.0.1:{}{}", v.port, s1_url(S1_CMDS[ci], n));
                 s1_load(o, &url, o.s1_warm, "S1 warm-up")?;
@@ -247,6 +248,11 @@ pub(crate) fn run_s1(o: &Opts, env: &mut Env, redis: &mut Redis) -> Res<S1> {
 }
 
 impl S1 {
+    /// Whether theirs ran (not with `--ours-only`).
+    pub(crate) fn theirs_ran(&self) -> bool {
+        self.cells.iter().any(|rep| !rep[1].is_empty())
+    }
+
     pub(crate) fn values(&self, vi: usize, ci: usize, n: u32, what: fn(&Cell) -> f64) -> Vec<f64> {
         self.cells
             .iter()

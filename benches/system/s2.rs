@@ -92,8 +92,14 @@ impl RunCfg {
     }
 }
 
-/// A configuration's runs: ours, and theirs unless it cannot run it.
+/// A configuration's runs: ours, and theirs unless it cannot run it (or
+/// `--ours-only`).
 pub(crate) type Row = (RunCfg, [Option<Run>; 2]);
+
+/// Whether theirs ran any configuration (not with `--ours-only`).
+pub(crate) fn theirs_ran(rows: &[Row]) -> bool {
+    rows.iter().any(|(_, r)| r[1].is_some())
+}
 
 /// A figure of one VMOD in every repetition of a configuration it ran.
 pub(crate) fn values(
@@ -399,7 +405,7 @@ pub(crate) fn run_pairs(
                 ..cfg
             };
             let ours = run_load(o, env, redis, cfg, Vmod::Ours)?;
-            let theirs = if cfg.theirs_runs() {
+            let theirs = if cfg.theirs_runs() && !o.ours_only {
                 Some(run_load(o, env, redis, cfg, Vmod::Theirs)?)
             } else {
                 None

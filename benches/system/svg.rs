@@ -103,7 +103,9 @@ pub(crate) fn s1_svg(s1: &S1) -> String {
     let m = [40.0, 170.0, 50.0, 70.0];
     let mut ymax: f64 = 0.0;
     let mut series = Vec::new();
-    for vi in 0..2 {
+    // With `--ours-only` theirs has no line (nor a legend entry).
+    let vmods = if s1.theirs_ran() { 2 } else { 1 };
+    for vi in 0..vmods {
         for ci in 0..S1_CMDS.len() {
             let pts: Vec<(f64, f64)> = S1_NS
                 .iter()
@@ -292,7 +294,8 @@ pub(crate) fn s2_svg(rows: &[Row], title: &str) -> String {
             esc(l2)
         );
     }
-    for (vi, name) in ["ours", "theirs (C VMOD)"].iter().enumerate() {
+    let vmods = if theirs_ran(rows) { 2 } else { 1 };
+    for (vi, name) in ["ours", "theirs (C VMOD)"].iter().enumerate().take(vmods) {
         let lx = m[3] + 10.0 + vi as f64 * 120.0;
         let ly = h - 18.0;
         let _ = writeln!(
