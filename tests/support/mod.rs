@@ -586,9 +586,21 @@ impl Varnishd {
     }
 
     /// SIGTERM to the manager (15 s, then SIGKILL), then to the child if
-    /// it outlived it (5 s).
+    /// it outlived it (5 s). Varnish 8.0's stop waits for every VCL
+    /// reference, that is for every client connection still open (with
+    /// no timeout): the child is SIGKILLed when the manager has not gone
+    /// within [`STOP_WAIT`] (a test checks the child before it stops it).
     pub fn stop(&mut self) {
         if let Some(manager) = self.manager.take() {
+            let manager_pid = manager.id() as i32;
+            signal(manager_pid, libc::SIGTERM);
+            let deadline = Instant::now() + STOP_WAIT;
+            while Instant::now() < deadline && alive(manager_pid) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if alive(manager_pid) && self.child_pid > 0 && alive(self.child_pid) {
+                signal(self.child_pid, libc::SIGKILL);
+            }
             stop_child(manager, "varnishd", Duration::from_secs(15));
             if self.child_pid > 0 && alive(self.child_pid) {
                 stop_pids(
@@ -600,6 +612,9 @@ impl Varnishd {
         }
     }
 }
+
+/// How long [`Varnishd::stop`] lets the manager stop its child.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for Varnishd {
     fn drop(&mut self) {
