@@ -600,4 +600,6 @@ fn json_string(out: &mut String, value: &str) {
 }
 
 #[cfg(test)]
+mod test_json;
+#[cfg(test)]
 mod tests;
