@@ -23,6 +23,15 @@ fn at(text: &str) -> Location {
     text.parse().unwrap()
 }
 
+/// Sentinel's `+switch-master` of `main` from `old` to `new`.
+fn switch(old: &str, new: &str) -> Event {
+    Event::SwitchMaster {
+        name: "main".into(),
+        old: at(old),
+        new: at(new),
+    }
+}
+
 fn state(db: &Database, addr: &str) -> Option<(Role, bool)> {
     let topology = db.topology();
     let server = topology.by_location(&at(addr))?;
@@ -73,15 +82,7 @@ fn a_role_answer_does_not_promote_a_server_sentinel_demoted() {
     let (old_addr, new_addr) = (old.location(), new.location());
     let dbs = [db("a", &[(&old_addr, Role::Auto), (&new_addr, Role::Auto)])];
     let mut knowledge = Knowledge::new(false);
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(&old_addr),
-            new: at(&new_addr),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(&old_addr, &new_addr), 0, &dbs);
     let run = |args: &[&str], master: bool| {
         let mut command = Command::new(args[0].as_bytes());
         for arg in &args[1..] {
@@ -173,15 +174,7 @@ fn writes_held_from_the_failover_start_go_to_the_promoted_replica() {
         // Reads went on meanwhile.
         run(&dbs[0], &["GET", "k"], false).expect("read");
         assert_eq!(old.cli(&["DBSIZE"]).trim(), "0");
-        let log = knowledge.on_event(
-            &Event::SwitchMaster {
-                name: "main".into(),
-                old: at(&old_addr),
-                new: at(&new_addr),
-            },
-            0,
-            &dbs,
-        );
+        let log = knowledge.on_event(&switch(&old_addr, &new_addr), 0, &dbs);
         assert!(log.iter().any(|line| line.contains("released")), "{log:?}");
         for writer in writers {
             let held = writer.join().unwrap();
@@ -275,11 +268,7 @@ fn only_the_leader_aborts_and_duplicates_change_nothing() {
         name: "main".into(),
         master: at(M),
     };
-    let switch = Event::SwitchMaster {
-        name: "main".into(),
-        old: at(M),
-        new: at(R1),
-    };
+    let switch = switch(M, R1);
     // Sentinel 2 leads.
     assert_eq!(knowledge.on_event(&started, 2, &dbs).len(), 1);
     assert!(knowledge.on_event(&started, 2, &dbs).is_empty());
@@ -332,15 +321,7 @@ fn switch_master_swaps_roles_in_every_database() {
         db("b", &[(R1, Role::Slave)]),
     ];
     let mut knowledge = Knowledge::new(false);
-    let log = knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(M),
-            new: at(R1),
-        },
-        0,
-        &dbs,
-    );
+    let log = knowledge.on_event(&switch(M, R1), 0, &dbs);
     assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
     assert_eq!(state(&dbs[1], R1), Some((Role::Master, false)));
@@ -465,15 +446,7 @@ fn a_replica_reported_again_gets_its_id_back() {
 fn discovery_follows_a_switch_to_an_unknown_master() {
     let dbs = [db("a", &[(M, Role::Master)])];
     let mut knowledge = Knowledge::new(true);
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(M),
-            new: at(R1),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(M, R1), 0, &dbs);
     assert_eq!(state(&dbs[0], M), Some((Role::Slave, false)));
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
 }
@@ -541,15 +514,7 @@ fn a_refresh_during_the_failover_does_not_undo_the_promotion() {
         &dbs,
     );
     // `+promoted-slave` from the leader.
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(M),
-            new: at(R1),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(M, R1), 0, &dbs);
     assert_eq!(state(&dbs[0], R1), Some((Role::Master, false)));
     // What `SENTINEL masters` / `replicas` answer before `+switch-master`.
     knowledge.on_refresh(
@@ -573,15 +538,7 @@ fn a_refresh_during_the_failover_does_not_undo_the_promotion() {
 fn a_refresh_naming_the_promoted_master_ends_the_wait_for_the_switch() {
     let dbs = [db("a", &[(M, Role::Master), (R1, Role::Slave)])];
     let mut knowledge = Knowledge::new(false);
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(M),
-            new: at(R1),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(M, R1), 0, &dbs);
     let refresh = |master: &str, replica: &str| {
         [Master {
             master: reported(master, false),
@@ -629,15 +586,7 @@ fn a_transaction_begun_before_the_failover_is_not_acknowledged_by_the_old_master
         0,
         &dbs,
     );
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(&old_addr),
-            new: at(&new_addr),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(&old_addr, &new_addr), 0, &dbs);
     let exec = send(&["EXEC"]);
     assert!(
         exec.is_err() || old.cli(&["DBSIZE"]).trim() == "0",
@@ -694,15 +643,7 @@ fn a_transaction_on_a_held_master_fails_and_the_next_one_starts_afresh() {
     let discarded = send(&mut other, &["DISCARD"]);
     assert!(matches!(discarded, Ok(Reply::Status(_))), "{discarded:?}");
     // The promotion: the next transaction goes to the new master.
-    knowledge.on_event(
-        &Event::SwitchMaster {
-            name: "main".into(),
-            old: at(&old_addr),
-            new: at(&new_addr),
-        },
-        0,
-        &dbs,
-    );
+    knowledge.on_event(&switch(&old_addr, &new_addr), 0, &dbs);
     send(&mut task, &["MULTI"]).expect("MULTI");
     send(&mut task, &["INCR", "counter"]).expect("queued");
     let exec = send(&mut task, &["EXEC"]);
