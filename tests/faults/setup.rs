@@ -109,17 +109,7 @@ impl Setup {
         }
         thread::sleep(Duration::from_millis(200));
         let idle = varnish.snapshot(redis.port);
-        let errlog = ErrorLog::start(&varnish, &dir)?;
-        let setup = Setup {
-            name: name.to_string(),
-            redis,
-            varnish,
-            errlog,
-            idle,
-            failures: Vec::new(),
-        };
-        setup.say(format!("child idle: {idle}"));
-        Ok(setup)
+        Setup::started(name, &dir, redis, varnish, idle)
     }
 
     /// varnishd from `dir` with the VCL `text`, in front of `redis` and
@@ -135,6 +125,18 @@ impl Setup {
         let _ = http_get(varnish.port, "/db/stats");
         thread::sleep(Duration::from_millis(500));
         let idle = settled_all(&varnish, ports);
+        Setup::started(name, dir, redis, varnish, idle)
+    }
+
+    /// The setup of a started varnishd whose idle baseline is `idle`:
+    /// its error log followed from now on.
+    fn started(
+        name: &str,
+        dir: &Path,
+        redis: Redis,
+        varnish: Varnish,
+        idle: Snapshot,
+    ) -> Res<Setup> {
         let errlog = ErrorLog::start(&varnish, dir)?;
         let setup = Setup {
             name: name.to_string(),
