@@ -15,4 +15,4 @@ pub(crate) use redirect::{redirection, Redirection};
     reason = "discovery reads CLUSTER SHARDS once the cluster bootstrap work lands"
 )]
 pub(crate) use shards::{parse_shards, ShardsMap};
-pub(crate) use slot::key_slot;
+pub(crate) use slot::{key_slot, SLOTS};

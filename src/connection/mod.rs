@@ -34,6 +34,7 @@ pub mod shared;
 mod stream;
 
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use connector::Connector;
@@ -81,6 +82,10 @@ pub struct Connection {
     /// `READONLY` was sent on it (a cluster replica serving reads): once
     /// per connection, as the mode lasts as long as the connection.
     readonly_sent: bool,
+    /// [ext] `near_cache`: the `run_id` of the server this connection
+    /// reached (empty: it would not say), asked once when it is first
+    /// prepared. Behind a balancer, one location is several servers.
+    identity: Option<Arc<str>>,
     /// The socket timeout currently set, to skip setsockopt calls when
     /// consecutive commands use the same timeout.
     armed: Option<Duration>,
@@ -115,6 +120,7 @@ impl Connection {
             last_used: now,
             role_asked: false,
             readonly_sent: false,
+            identity: None,
             armed,
             broken: false,
             scan: resp::ScanState::default(),
@@ -150,6 +156,15 @@ impl Connection {
 
     pub(crate) fn set_readonly_sent(&mut self) {
         self.readonly_sent = true;
+    }
+
+    /// [ext] The `run_id` of the server it reached, once asked.
+    pub(crate) fn identity(&self) -> Option<&Arc<str>> {
+        self.identity.as_ref()
+    }
+
+    pub(crate) fn set_identity(&mut self, identity: Arc<str>) {
+        self.identity = Some(identity);
     }
 
     /// True when the connection, idle for [`IDLE_CHECK_AFTER`] or more,

@@ -86,6 +86,9 @@ struct State {
     held: usize,
     /// `ROLE` was asked on the open connection.
     role_asked: bool,
+    /// [ext] The server the open connection reached (its `run_id`), given
+    /// with each reply read on it.
+    identity: Option<Arc<str>>,
     /// This multiplexer's fences (see [`FenceToken`]): which stream of
     /// tokens (0: none drawn yet), and how many were made.
     fence_stream: u64,
@@ -170,6 +173,8 @@ struct Slot {
     deadline: Option<Instant>,
     /// Written by the driver; taken by the worker once `ready`.
     result: Mutex<Option<Result<Reply, Failure>>>,
+    /// The server that gave the reply (its connection's identity).
+    identity: Mutex<Option<Arc<str>>>,
     /// The result may be taken: released after its fence, or a failure.
     ready: AtomicBool,
     /// The worker is to drive next (set under the state lock).
@@ -185,6 +190,7 @@ impl Slot {
             thread: thread::current(),
             deadline,
             result: Mutex::new(None),
+            identity: Mutex::new(None),
             ready: AtomicBool::new(false),
             drive: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
@@ -196,8 +202,9 @@ impl Slot {
     }
 
     /// Keeps a reply, not visible to the worker until released.
-    fn hold(&self, reply: Reply) {
+    fn hold(&self, reply: Reply, identity: Option<&Arc<str>>) {
         if !self.abandoned() {
+            *self.identity.lock() = identity.cloned();
             *self.result.lock() = Some(Ok(reply));
         }
     }
@@ -310,7 +317,7 @@ impl State {
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
                 Some(InFlight::Request(slot)) => {
-                    slot.hold(reply);
+                    slot.hold(reply, self.identity.as_ref());
                     self.held += 1;
                     Ok(false)
                 }
@@ -405,6 +412,7 @@ impl Multiplexed {
     /// (none: as long as it takes). The worker that drives while nothing is
     /// in flight has `manager` check out the connection: the idle one if
     /// still usable, else a new one opened by `open_by`; prepared.
+    #[cfg(test)]
     pub(crate) fn request<E: fmt::Display>(
         &self,
         packed: &[u8],
@@ -413,14 +421,41 @@ impl Multiplexed {
         manager: &dyn ManageConnection<Error = E>,
         stats: &Stats,
     ) -> Result<Reply, RequestError<E>> {
+        self.request_identified(packed, timeout, open_by, manager, stats)
+            .map(|(reply, _)| reply)
+    }
+
+    /// As [`Multiplexed::request`], with the identity of the server that
+    /// answered (the `run_id` its connection found, [ext] `near_cache`).
+    pub(crate) fn request_identified<E: fmt::Display>(
+        &self,
+        packed: &[u8],
+        timeout: Option<Duration>,
+        open_by: Option<Instant>,
+        manager: &dyn ManageConnection<Error = E>,
+        stats: &Stats,
+    ) -> Result<(Reply, Option<Arc<str>>), RequestError<E>> {
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         let checkout = Checkout {
             manager,
             open_by,
             timeout,
         };
-        let checkout = &checkout;
         let slot = Slot::new(deadline);
+        let reply = self.exchange(packed, &slot, stats, &checkout)?;
+        let identity = slot.identity.lock().take();
+        Ok((reply, identity))
+    }
+
+    /// Queues `packed` for `slot`, then waits for its reply or drives.
+    fn exchange<E: fmt::Display>(
+        &self,
+        packed: &[u8],
+        slot: &Arc<Slot>,
+        stats: &Stats,
+        checkout: &Checkout<'_, E>,
+    ) -> Result<Reply, RequestError<E>> {
+        let deadline = slot.deadline;
         {
             let mut state = self.state.lock();
             state.unsent.extend_from_slice(packed);
@@ -428,7 +463,7 @@ impl Multiplexed {
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(&slot, stats, checkout);
+                return self.drive(slot, stats, checkout);
             }
         }
         loop {
@@ -436,7 +471,7 @@ impl Multiplexed {
                 return result.map_err(RequestError::Collateral);
             }
             if slot.drive.load(Ordering::Acquire) {
-                return self.drive(&slot, stats, checkout);
+                return self.drive(slot, stats, checkout);
             }
             match deadline {
                 None => thread::park(),
@@ -452,7 +487,7 @@ impl Multiplexed {
                     }
                     if slot.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(&slot, stats, checkout);
+                        return self.drive(slot, stats, checkout);
                     }
                     slot.abandoned.store(true, Ordering::Relaxed);
                     return Err(RequestError::Collateral(Failure::Timeout));
@@ -490,7 +525,9 @@ impl Multiplexed {
         let mut conn = match checked_out {
             Ok(conn) => {
                 if idle_created != Some(conn.created()) {
-                    self.state.lock().role_asked = false;
+                    let mut state = self.state.lock();
+                    state.role_asked = false;
+                    state.identity = conn.identity().cloned();
                 }
                 conn
             }

@@ -1,6 +1,5 @@
 //! One command along the execution plan: attempts, retries, roles
 //! learnt on the way, and where the connection goes afterwards.
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,7 @@ use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::near_cache::{Filled, Lookup};
+use crate::near_cache::{Filled, Lookup, Pledge};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -49,15 +48,20 @@ pub(super) struct Execution<'x> {
     /// Routing and connection decisions for `debug=true`, and warnings.
     pub(super) debug: &'x mut dyn FnMut(Note),
     /// [ext] A near-cache fill waits for this reply: [`Database::settle`]
-    /// notes whether the server that gave it is tracked, and a master.
+    /// notes the promise of the server that gave it, if it holds, and
+    /// whether it is a master.
     pub(super) served: Option<Served>,
 }
 
 /// Of the server that gave a reply a near cache may keep.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Default)]
 pub(super) struct Served {
-    pub(super) tracked: bool,
+    /// Its promise to report changes, as it held when the reply came
+    /// (`None`: it did not, or the connection reached another server).
+    pub(super) pledge: Option<Pledge>,
     pub(super) master: bool,
+    /// Cluster: the slot of the command's keys.
+    pub(super) slot: Option<u16>,
 }
 
 impl Execution<'_> {
@@ -164,14 +168,21 @@ impl Database {
             self.execute_standalone(x)
         };
         if let (Some(cache), Some(fill)) = (near_cache, fill) {
-            let filled = match (&result, x.served) {
-                (Ok(reply), Some(served))
-                    if served.tracked && !matches!(reply, Reply::Error(_)) =>
-                {
+            let filled = match (&result, x.served.take()) {
+                (
+                    Ok(reply),
+                    Some(Served {
+                        pledge: Some(pledge),
+                        master,
+                        slot,
+                    }),
+                ) if !matches!(reply, Reply::Error(_)) => {
                     self.expiry_of(fill.keys(), x).map(|expires| Filled {
                         reply,
-                        from_master: served.master,
+                        from_master: master,
                         expires,
+                        pledge,
+                        slot,
                     })
                 }
                 _ => None,
@@ -562,8 +573,16 @@ impl Database {
         server: &Arc<Server>,
     ) -> Reply {
         if let Some(served) = &mut x.served {
-            served.tracked = server.tracked.load(Ordering::Acquire);
+            let slot = match self.cluster {
+                Some(_) => x.found.slot(x.command).ok().flatten(),
+                None => None,
+            };
+            let identity = lease.identity();
+            served.pledge = server
+                .promise
+                .pledge(identity.as_deref(), slot, Instant::now());
             served.master = server.role() == Role::Master;
+            served.slot = slot;
         }
         let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts sends that got a reply (here

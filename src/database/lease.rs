@@ -36,6 +36,8 @@ pub(super) struct MuxLease<'a> {
     stats: &'a Stats,
     /// The end of the whole `execute()`, for connecting.
     deadline: Option<Instant>,
+    /// [ext] The server that gave the last reply (`run_id`).
+    identity: Option<Arc<str>>,
 }
 
 impl Lease<'_> {
@@ -55,13 +57,15 @@ impl Lease<'_> {
                 .request(packed, timeout)
                 .map_err(RequestError::Failed),
             Lease::Multiplexed(lease) => {
-                let MuxLease {
-                    server,
-                    mux,
-                    stats,
-                    deadline,
-                } = *lease;
-                mux.request(packed, timeout, deadline, server, stats)
+                let (reply, identity) = lease.mux.request_identified(
+                    packed,
+                    timeout,
+                    lease.deadline,
+                    lease.server,
+                    lease.stats,
+                )?;
+                lease.identity = identity;
+                Ok(reply)
             }
         }
     }
@@ -83,6 +87,15 @@ impl Lease<'_> {
     pub(super) fn retire(&mut self) {
         if let Some(conn) = self.conn() {
             conn.retire();
+        }
+    }
+
+    /// [ext] The `run_id` of the server that gave the last reply on this
+    /// lease, if known.
+    pub(super) fn identity(&mut self) -> Option<Arc<str>> {
+        match self {
+            Lease::Multiplexed(lease) => lease.identity.clone(),
+            _ => self.conn().and_then(|conn| conn.identity().cloned()),
         }
     }
 
@@ -210,6 +223,7 @@ impl Database {
                 mux: pipelined.multiplexed(rotation()),
                 stats: &self.stats,
                 deadline,
+                identity: None,
             }),
             Connections::Pipelined(pipelined) => {
                 Lease::Shared(pipelined.pool.get(&self.stats, server, deadline, timeout)?)

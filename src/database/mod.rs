@@ -347,6 +347,7 @@ impl Database {
             command_timeout: config.command_timeout,
             ttl: config.connection_ttl,
             readonly_replicas: self.cluster.is_some(),
+            identify: self.near_cache.is_some(),
         };
         Server::new(
             id,

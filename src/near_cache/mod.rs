@@ -63,7 +63,7 @@
 //! passed over stays), which approximates LRU without a write on a hit.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,10 @@ use parking_lot::Mutex;
 use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
 
+pub(crate) mod promise;
 pub(crate) mod tracking;
+
+pub(crate) use promise::{Pledge, Promise, SlotSet};
 
 const SHARDS: usize = 64;
 /// Commands a shard's doorkeeper remembers before it starts afresh.
@@ -92,6 +95,9 @@ pub(crate) struct NearCache {
     next_ticket: AtomicU64,
     /// Moves whenever a server's tracking starts or stops.
     epoch: AtomicU64,
+    /// Cluster: how many nodes say each slot is being migrated (from or
+    /// to them); nothing of such a slot is kept.
+    migrating: Box<[AtomicU16]>,
     /// The database's: `ext.near_cache.*`.
     stats: Arc<Stats>,
 }
@@ -140,6 +146,8 @@ enum State {
         expires: Option<Instant>,
         /// From a master (a `master=true` read takes only those).
         from_master: bool,
+        /// The promise of the server that gave it: served while it holds.
+        pledge: Pledge,
     },
 }
 
@@ -170,6 +178,10 @@ pub(crate) struct Filled<'r> {
     pub from_master: bool,
     /// When the first of its keys' TTLs ends (`None`: no TTL).
     pub expires: Option<Instant>,
+    /// The promise of the server that gave it, as it held then.
+    pub pledge: Pledge,
+    /// Cluster: the slot of its keys.
+    pub slot: Option<u16>,
 }
 
 /// A read in flight that may fill the cache.
@@ -191,6 +203,9 @@ impl Fill {
 enum Kept {
     Reply(Reply, u64),
     Pending,
+    /// Kept, but its server's tracking link has not been heard from
+    /// lately: not served, kept for when it is.
+    Unproven,
     Nothing,
 }
 
@@ -203,6 +218,9 @@ impl NearCache {
             max_age,
             next_ticket: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
+            migrating: (0..crate::cluster::SLOTS)
+                .map(|_| AtomicU16::new(0))
+                .collect(),
             stats,
         }
     }
@@ -225,7 +243,7 @@ impl NearCache {
             }
             // One of its other keys changed (or its link was evicted).
             Kept::Reply(_, ticket) => self.remove_entry(key, ticket),
-            Kept::Pending => {
+            Kept::Pending | Kept::Unproven => {
                 self.stats.inc(Counter::NearCacheMisses);
                 return Lookup::Miss(None);
             }
@@ -254,12 +272,17 @@ impl NearCache {
                 stored,
                 expires,
                 from_master,
+                pledge,
             } if (*from_master || !master)
                 && expires.map_or(true, |at| now < at)
                 && self
                     .max_age
-                    .map_or(true, |max| now.saturating_duration_since(*stored) <= max) =>
+                    .map_or(true, |max| now.saturating_duration_since(*stored) <= max)
+                && !pledge.voided() =>
             {
+                if !pledge.holds(now) {
+                    return Kept::Unproven;
+                }
                 keyed.referenced.store(true, Ordering::Relaxed);
                 Kept::Reply(reply.clone(), entry.ticket)
             }
@@ -358,6 +381,9 @@ impl NearCache {
         let keep = reply.filter(|filled| {
             !matches!(filled.reply, Reply::Error(_))
                 && self.epoch.load(Ordering::Acquire) == fill.epoch
+                && filled.slot.map_or(true, |slot| {
+                    self.migrating[usize::from(slot)].load(Ordering::Acquire) == 0
+                })
         });
         let old = entry_size(&fill.key, &keyed.entries[at]);
         // A reply past the shard's whole budget is not kept: keeping it
@@ -370,6 +396,7 @@ impl NearCache {
                     stored: Instant::now(),
                     expires: filled.expires,
                     from_master: filled.from_master,
+                    pledge: filled.pledge,
                 };
                 let new = entry_size(&fill.key, &keyed.entries[at]);
                 keyed.bytes = keyed.bytes + new - old;
@@ -579,8 +606,90 @@ impl NearCache {
         }
     }
 
-    /// Tracking started or stopped somewhere (or Redis flushed): every
-    /// entry goes, and no read in flight may fill.
+    /// `promise` was made, broken or renewed (its generation moved):
+    /// what its server gave goes, and no read in flight may fill (its
+    /// server is not known until it is answered).
+    pub(crate) fn voided(&self, promise: &Arc<Promise>) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.sweep(|entry_promise, _| Arc::ptr_eq(entry_promise, promise));
+    }
+
+    /// A cluster node no longer serves `lost` (a slot moved, taken over,
+    /// or migrating): what it gave of them goes, and no read in flight may
+    /// fill. Its promise no longer covers them (cleared first), so a
+    /// fill that takes its pledge from now on is not kept.
+    pub(crate) fn slots_lost(&self, promise: &Arc<Promise>, lost: &SlotSet) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.sweep(|entry_promise, key| {
+            Arc::ptr_eq(entry_promise, promise) && lost.contains(crate::cluster::key_slot(key))
+        });
+    }
+
+    /// A cluster node was migrating `before` and now `now` (slots moved
+    /// from or to it): the slots it begins to move leave the cache, from
+    /// whichever node, and are not kept until no node moves them.
+    pub(crate) fn set_migrating(&self, before: &SlotSet, now: &SlotSet) {
+        if before == now {
+            return;
+        }
+        let mut began = SlotSet::default();
+        for slot in 0..crate::cluster::SLOTS as u16 {
+            let counter = &self.migrating[usize::from(slot)];
+            match (before.contains(slot), now.contains(slot)) {
+                (false, true) => {
+                    counter.fetch_add(1, Ordering::AcqRel);
+                    began.insert(slot);
+                }
+                (true, false) => {
+                    counter.fetch_sub(1, Ordering::AcqRel);
+                }
+                _ => {}
+            }
+        }
+        if !began.is_empty() {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.sweep(|_, key| began.contains(crate::cluster::key_slot(key)));
+        }
+    }
+
+    /// Removes every ready entry whose promise and key `picks` picks; the
+    /// epoch moved first, so a fill in flight that passed the shard
+    /// already is refused at its completion.
+    fn sweep(&self, picks: impl Fn(&Arc<Promise>, &[u8]) -> bool) {
+        for shard in self.shards.iter() {
+            let mut guard = shard.lock();
+            let held = &mut *guard;
+            let doomed: Vec<(Box<[u8]>, u64)> = held
+                .keys
+                .iter()
+                .flat_map(|(key, keyed)| {
+                    keyed.entries.iter().filter_map(|entry| match &entry.state {
+                        State::Ready { pledge, .. } if picks(&pledge.promise, key) => {
+                            Some((key.clone(), entry.ticket))
+                        }
+                        _ => None,
+                    })
+                })
+                .collect();
+            let mut unlinks = Vec::new();
+            for (key, ticket) in doomed {
+                let at = held.keys.get(&key).and_then(|keyed| {
+                    keyed
+                        .entries
+                        .iter()
+                        .position(|entry| entry.ticket == ticket)
+                });
+                if let Some(at) = at {
+                    unlinks.extend(self.take_entry(held, &key, at));
+                }
+            }
+            drop(guard);
+            self.unlink_all(unlinks);
+        }
+    }
+
+    /// Everything goes (our own `FLUSHALL`), and no read in flight may
+    /// fill.
     pub(crate) fn clear(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for shard in self.shards.iter() {

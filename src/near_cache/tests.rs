@@ -17,7 +17,16 @@ fn from_master(reply: &Reply) -> Option<Filled<'_>> {
         reply,
         from_master: true,
         expires: None,
+        pledge: pledge(),
+        slot: None,
     })
+}
+
+/// A promise that holds, as a fill sees it.
+fn pledge() -> Pledge {
+    Promise::vouching("a")
+        .pledge(Some("a"), None, std::time::Instant::now())
+        .expect("holds")
 }
 
 /// The keys of a command, written with spaces between them.
@@ -129,6 +138,8 @@ fn master_reads_take_only_a_masters_reply() {
             reply: &replica,
             from_master: false,
             expires: None,
+            pledge: pledge(),
+            slot: None,
         }),
     );
     assert!(matches!(
@@ -395,7 +406,7 @@ mod with_redis {
         let redis = RedisProcess::start(&[]);
         let db = Arc::new(near_cache_db(&redis, "master"));
         let (server, trackers) = tracking(&db);
-        let tracked = || server.tracked.load(Ordering::Acquire);
+        let tracked = || server.promise.is_made() && server.promise.is_proven();
 
         redis.cli(&["SET", "k", "v1"]);
         // Kept at the second miss (with its PTTL), served at the third.
@@ -496,7 +507,9 @@ mod with_redis {
         let server = db.topology().servers[0].clone();
         let log: super::super::tracking::Logger = Arc::new(|line: &str| eprintln!("{line}"));
         let trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
-        eventually("tracking on", || server.tracked.load(Ordering::Acquire));
+        eventually("tracking on", || {
+            server.promise.is_made() && server.promise.is_proven()
+        });
         (server, trackers)
     }
 
@@ -505,9 +518,11 @@ mod with_redis {
     /// a test sees is the cache's own doing.
     fn marked_tracked(redis: &RedisProcess) -> Database {
         let db = near_cache_db(redis, "master");
+        let info = Reply::String(redis.cli(&["INFO", "server"]).into_bytes());
+        let identity = crate::server::run_id(&info).expect("a run_id");
         db.topology().servers[0]
-            .tracked
-            .store(true, Ordering::Release);
+            .promise
+            .vouch_for_an_hour(&identity);
         db
     }
 

@@ -1,38 +1,62 @@
-//! The tracking connections of the near caches of one VCL: one thread per
-//! server of each database with a near cache, each holding one RESP3
-//! connection with `CLIENT TRACKING ON BCAST`, and one supervisor that
-//! follows the databases' servers (added, removed, replaced). Started
-//! when the VCL turns warm, stopped (and joined, within about a second)
-//! when it cools: only the VCL layer starts them.
+//! The tracking connections of the near caches of one VCL: for each server
+//! of each database with a near cache, one RESP3 connection with `CLIENT
+//! TRACKING ON BCAST`, which keeps that server's [`Promise`]: Redis pushes
+//! the name of every key any client changes on that server (and a flush),
+//! and a heartbeat proves the link still carries them. Started when the
+//! VCL turns warm, stopped (and joined, within about a second) when it
+//! cools: only the VCL layer starts them.
 //!
-//! A thread of its own per server: a server that does not answer (a
-//! connect that waits out its timeout) never delays the invalidations of
-//! another.
-use std::collections::HashMap;
+//! **Bounded whatever the peers do.** One supervisor thread follows the
+//! databases' servers and opens the connections, each within [`WAIT`],
+//! spaced per server by a back-off with jitter ([`Backoff`]: from
+//! [`FIRST_PAUSE`] doubling to [`MAX_PAUSE`]) after a failed or short
+//! session; `AUTH` goes only on a connection just opened (its handshake).
+//! A connection that is up gets a listener thread of its own, so that a
+//! slow server never delays another's invalidations. So threads count the
+//! servers that answer, not the dead nodes of a map: 300 unreachable
+//! nodes cost one connect each per [`MAX_PAUSE`], on no thread of their
+//! own.
+//!
+//! **The heartbeat.** Every [`HEARTBEAT`] a listener sends `INFO
+//! replication` (and `CLUSTER NODES` on a cluster node): its answer proves
+//! the promise until [`PROOF_LASTS`](super::promise::PROOF_LASTS) after it
+//! was sent; a change of replication (a role change, a replica re-pointed
+//! or synced again, which may replace data without an invalidation)
+//! renews the promise; a cluster node's slots are those its own
+//! `CLUSTER NODES` line gives, less any being migrated. A link that stops
+//! answering stops the hits at once (no proof), and is given up after
+//! [`GIVE_UP`]: a slow command on the server (a `DEBUG SLEEP`, a large
+//! `KEYS`) costs hits while it runs, not the entries.
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::NearCache;
+use super::promise::SlotSet;
+use super::{NearCache, Promise};
 use crate::config::Protocol;
 use crate::connection::{Connection, Connector, Failure, Limit};
 use crate::database::Database;
 use crate::protocol::Reply;
-use crate::server::Server;
+use crate::server::{run_id, Server, INFO_SERVER};
 use crate::stats::Stats;
 
-/// How long one wait lasts: the stop flag is seen at least this often,
-/// and the supervisor looks at the servers this often.
+/// How long one wait of the supervisor lasts: the stop flag and the
+/// servers are looked at this often.
 const SLICE: Duration = Duration::from_millis(100);
-/// How often a tracking connection asks `INFO replication`; no answer
-/// within [`WAIT`] ends it (a frozen server stops being tracked).
-const POLL: Duration = Duration::from_secs(1);
-/// Bound of a connect and of a reply on a tracking connection: short,
-/// so that stopping never waits long.
+/// How often a listener sends its heartbeat.
+const HEARTBEAT: Duration = Duration::from_millis(50);
+/// No answer to a heartbeat for this long: the link is given up (and the
+/// promise broken, its entries dropped). Hits stopped long before.
+const GIVE_UP: Duration = Duration::from_secs(3);
+/// Bound of a connect, and of each reply while a session starts.
 const WAIT: Duration = Duration::from_millis(500);
-/// Pause after a failed session before the next.
-const RETRY_AFTER: Duration = Duration::from_millis(200);
+/// The first pause before a server is tried again.
+const FIRST_PAUSE: Duration = Duration::from_millis(200);
+/// The longest; a session that lasted this long was steady, and its end
+/// starts the pauses over.
+const MAX_PAUSE: Duration = Duration::from_secs(10);
 
 /// Where the threads' messages go (the VSL, outside any transaction).
 pub(crate) type Logger = Arc<dyn Fn(&str) + Send + Sync>;
@@ -61,7 +85,7 @@ impl Trackers {
         let flag = stop.clone();
         let supervisor = std::thread::Builder::new()
             .name("redis-tracking".into())
-            .spawn(move || supervise(&databases, &flag, &log))?;
+            .spawn(move || Supervisor::new(log).run(&databases, &flag))?;
         Ok(Some(Trackers {
             stop,
             supervisor: Some(supervisor),
@@ -78,170 +102,291 @@ impl Drop for Trackers {
     }
 }
 
-/// One server's tracking thread.
-struct Listener {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
+/// The pause before a server is tried again: doubled after each failed
+/// or short session, with a quarter of jitter (dead nodes of one map are
+/// not all tried at once), back to the first after a steady one.
+#[derive(Debug)]
+pub(super) struct Backoff {
+    pause: Duration,
 }
 
-/// Keeps one listener per server of each database, until `stop`. A
-/// server is known by its `tracked` flag (one per server, whatever its
-/// role): a server replaced by a new one at the same location gets a
-/// listener of its own.
-fn supervise(databases: &[Arc<Database>], stop: &AtomicBool, log: &Logger) {
-    let mut listeners: HashMap<*const AtomicBool, Listener> = HashMap::new();
-    while !stop.load(Ordering::Relaxed) {
-        let mut current: Vec<*const AtomicBool> = Vec::new();
+impl Backoff {
+    pub(super) fn new() -> Self {
+        Backoff { pause: FIRST_PAUSE }
+    }
+
+    /// The pause after a session that lasted `served` (`None`: it never
+    /// began); `jitter` in [0, 1).
+    pub(super) fn after(&mut self, served: Option<Duration>, jitter: f64) -> Duration {
+        if served.is_some_and(|served| served >= MAX_PAUSE) {
+            self.pause = FIRST_PAUSE;
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(MAX_PAUSE);
+        pause.mul_f64(0.75 + jitter / 2.0)
+    }
+}
+
+/// A number in [0, 1) that differs from call to call (jitter, not
+/// security).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One server followed by the supervisor.
+struct Followed {
+    db: Arc<Database>,
+    server: Arc<Server>,
+    cache: Arc<NearCache>,
+    backoff: Backoff,
+    /// Not tried again before this.
+    next_try: Instant,
+    listener: Option<Listener>,
+    /// The last failure logged, not logged again on every retry.
+    last_error: String,
+}
+
+/// One server's listener thread.
+struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<(), String>>,
+    started: Instant,
+}
+
+struct Supervisor {
+    log: Logger,
+    /// By promise: a server replaced by a new one at the same location
+    /// has a promise (and a listener) of its own.
+    followed: HashMap<*const Promise, Followed>,
+}
+
+impl Supervisor {
+    fn new(log: Logger) -> Self {
+        Supervisor {
+            log,
+            followed: HashMap::new(),
+        }
+    }
+
+    fn run(mut self, databases: &[Arc<Database>], stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            self.follow(databases);
+            let keys: Vec<*const Promise> = self.followed.keys().copied().collect();
+            for key in keys {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                self.tend(key, stop);
+            }
+            std::thread::sleep(SLICE);
+        }
+        for followed in self.followed.values() {
+            if let Some(listener) = &followed.listener {
+                listener.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        // Stopped together: each ends within a slice.
+        for (_, followed) in self.followed.drain() {
+            unfollow(followed);
+        }
+    }
+
+    /// Follows the servers of `databases` as they are now; those gone are
+    /// stopped, their promises broken.
+    fn follow(&mut self, databases: &[Arc<Database>]) {
+        let mut current: Vec<*const Promise> = Vec::new();
+        let now = Instant::now();
         for db in databases {
             let Some(cache) = db.near_cache() else {
                 continue;
             };
             for server in db.topology().servers.iter() {
-                let key = Arc::as_ptr(&server.tracked);
+                let key = Arc::as_ptr(&server.promise);
                 current.push(key);
-                if listeners.contains_key(&key) {
-                    continue;
-                }
-                match spawn(db, cache.clone(), server.clone(), log.clone()) {
-                    Ok(listener) => {
-                        listeners.insert(key, listener);
-                    }
-                    Err(err) => log(&format!(
-                        "[REDIS] db {}: near cache: cannot start a tracking thread: {err}",
-                        db.name()
-                    )),
-                }
+                self.followed.entry(key).or_insert_with(|| Followed {
+                    db: db.clone(),
+                    server: server.clone(),
+                    cache: cache.clone(),
+                    backoff: Backoff::new(),
+                    next_try: now,
+                    listener: None,
+                    last_error: String::new(),
+                });
             }
         }
-        let gone: Vec<*const AtomicBool> = listeners
+        let gone: Vec<*const Promise> = self
+            .followed
             .keys()
             .filter(|key| !current.contains(key))
             .copied()
             .collect();
-        // Stopped together, then joined: each ends within a wait.
-        let gone: Vec<Listener> = gone
+        let gone: Vec<Followed> = gone
             .into_iter()
-            .filter_map(|key| listeners.remove(&key))
+            .filter_map(|key| self.followed.remove(&key))
             .collect();
-        for listener in &gone {
-            listener.stop.store(true, Ordering::Relaxed);
+        for followed in &gone {
+            if let Some(listener) = &followed.listener {
+                listener.stop.store(true, Ordering::Relaxed);
+            }
         }
-        for listener in gone {
-            let _ = listener.thread.join();
+        for followed in gone {
+            unfollow(followed);
         }
-        std::thread::sleep(SLICE);
     }
-    for listener in listeners.values() {
-        listener.stop.store(true, Ordering::Relaxed);
-    }
-    // Stopped together: each ends within a wait.
-    for (_, listener) in listeners.drain() {
-        let _ = listener.thread.join();
+
+    /// Joins a listener that ended, and opens a session when it is time.
+    fn tend(&mut self, key: *const Promise, stop: &AtomicBool) {
+        let Some(followed) = self.followed.get_mut(&key) else {
+            return;
+        };
+        let now = Instant::now();
+        let ended = followed
+            .listener
+            .as_ref()
+            .is_some_and(|listener| listener.thread.is_finished());
+        if ended {
+            let listener = followed.listener.take().expect("just seen");
+            let served = listener.started.elapsed();
+            let result = listener
+                .thread
+                .join()
+                .unwrap_or_else(|_| Err("the listener panicked".into()));
+            followed.server.promise.broken();
+            followed.cache.voided(&followed.server.promise);
+            if let Err(err) = result {
+                report(&self.log, followed, err);
+            }
+            followed.next_try = now + followed.backoff.after(Some(served), jitter());
+        }
+        if followed.listener.is_some() || now < followed.next_try {
+            return;
+        }
+        match open(followed, stop) {
+            Ok(conn) => match spawn(followed, conn) {
+                Ok(listener) => followed.listener = Some(listener),
+                Err(err) => {
+                    report(&self.log, followed, format!("cannot start a thread: {err}"));
+                    followed.next_try = now + followed.backoff.after(None, jitter());
+                }
+            },
+            Err(err) => {
+                report(&self.log, followed, err);
+                followed.next_try = Instant::now() + followed.backoff.after(None, jitter());
+            }
+        }
     }
 }
 
-fn spawn(
-    db: &Database,
-    cache: Arc<NearCache>,
-    server: Arc<Server>,
-    log: Logger,
-) -> std::io::Result<Listener> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let config = db.config();
+/// A server no longer followed: its listener joined (stopped already),
+/// its promise broken, what it gave dropped.
+fn unfollow(followed: Followed) {
+    if let Some(listener) = followed.listener {
+        let _ = listener.thread.join();
+    }
+    followed.server.promise.broken();
+    followed.cache.voided(&followed.server.promise);
+}
+
+/// Logged once per kind of failure, not on every retry.
+fn report(log: &Logger, followed: &mut Followed, err: String) {
+    if err != followed.last_error {
+        log(&format!(
+            "[REDIS] db {}: near cache: {}: {err}",
+            followed.db.name(),
+            followed.server.location()
+        ));
+        followed.last_error = err;
+    }
+}
+
+/// A tracking connection to the server of `followed`, within [`WAIT`]
+/// (ended early by `stop`).
+fn open(followed: &Followed, stop: &AtomicBool) -> Result<Connection, String> {
+    let config = followed.db.config();
     let connector = Connector::new(
-        server.location(),
+        followed.server.location(),
         config.user.as_deref(),
         config.password.as_deref(),
         Protocol::Resp3,
         Some(WAIT),
         config.tls.clone(),
     );
-    let name = db.name().to_owned();
-    let flag = stop.clone();
+    connector
+        .connect_by(&Stats::default(), Limit::within(Some(WAIT)).or_stop(stop))
+        .map_err(|err| err.to_string())
+}
+
+fn spawn(followed: &Followed, conn: Connection) -> std::io::Result<Listener> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let session = Session {
+        cache: followed.cache.clone(),
+        promise: followed.server.promise.clone(),
+        cluster: followed.server.promise.is_cluster_node(),
+        stop: stop.clone(),
+        asked: VecDeque::new(),
+        replication: None,
+        migrating: SlotSet::default(),
+    };
     let thread = std::thread::Builder::new()
         .name("redis-tracking".into())
-        .spawn(move || {
-            let tracker = Tracker {
-                cache,
-                server,
-                connector,
-                stop: flag,
-                log,
-                db: name,
-            };
-            tracker.run();
-        })?;
-    Ok(Listener { stop, thread })
+        .spawn(move || session.run(conn))?;
+    Ok(Listener {
+        stop,
+        thread,
+        started: Instant::now(),
+    })
 }
 
-struct Tracker {
+/// What a heartbeat asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    Replication,
+    Nodes,
+}
+
+/// One tracking connection's life, on its listener thread.
+struct Session {
     cache: Arc<NearCache>,
-    server: Arc<Server>,
-    connector: Connector,
+    promise: Arc<Promise>,
+    /// A cluster node: `CLUSTER NODES` in each heartbeat.
+    cluster: bool,
     stop: Arc<AtomicBool>,
-    log: Logger,
-    db: String,
+    /// The heartbeat requests not answered yet, with when they were sent;
+    /// the last of a heartbeat is marked.
+    asked: VecDeque<(Asked, Instant, bool)>,
+    /// What of `INFO replication` tells a change, as last answered.
+    replication: Option<String>,
+    /// The slots this node is migrating or importing (counted in the
+    /// cache while the session lasts).
+    migrating: SlotSet,
 }
 
-impl Tracker {
+impl Session {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// [`WAIT`], ended early by the stop flag.
     fn limit(&self) -> Limit<'_> {
         Limit::within(Some(WAIT)).or_stop(&self.stop)
     }
 
-    fn run(&self) {
-        let mut last_error = String::new();
-        while !self.stopped() {
-            let result = self.session();
-            // Tracking is over, whatever ended it: nothing kept may be
-            // served, and no read in flight may fill.
-            if self.server.tracked.swap(false, Ordering::AcqRel) {
-                self.cache.clear();
-            }
-            if let Err(err) = result {
-                // Logged once per kind of failure, not every retry.
-                if err != last_error {
-                    (self.log)(&format!(
-                        "[REDIS] db {}: near cache: {}: {err}",
-                        self.db,
-                        self.server.location()
-                    ));
-                    last_error = err;
-                }
-            }
-            self.pause(RETRY_AFTER);
-        }
-        if self.server.tracked.swap(false, Ordering::AcqRel) {
-            self.cache.clear();
-        }
+    fn run(mut self, mut conn: Connection) -> Result<(), String> {
+        let result = self.track(&mut conn);
+        // Whatever ended it: no slot is being moved by this node any
+        // more, as far as this session can tell.
+        let migrating = std::mem::take(&mut self.migrating);
+        self.cache.set_migrating(&migrating, &SlotSet::default());
+        result
     }
 
-    fn pause(&self, how_long: Duration) {
-        let until = Instant::now() + how_long;
-        while !self.stopped() && Instant::now() < until {
-            std::thread::sleep(SLICE.min(until.saturating_duration_since(Instant::now())));
-        }
-    }
-
-    /// One tracking connection, until it fails or the thread stops.
-    fn session(&self) -> Result<(), String> {
-        let mut conn = self
-            .connector
-            .connect_by(&Stats::default(), self.limit())
-            .map_err(|err| err.to_string())?;
-        // The replication state before tracking starts: a sync that ends
-        // later (which may replace the data with no invalidation) shows
-        // as a change of it.
+    fn track(&mut self, conn: &mut Connection) -> Result<(), String> {
         let info = conn
-            .request_by(INFO_REPLICATION, self.limit())
-            .map_err(|failure| format!("INFO replication: {failure}"))?;
-        let Some(replication) = replication_state(&info) else {
-            return Err("INFO replication: no role in the reply".into());
-        };
+            .request_by(INFO_SERVER, self.limit())
+            .map_err(|failure| format!("INFO server: {failure}"))?;
+        let identity = run_id(&info).ok_or("INFO server: no run_id in the reply")?;
         let reply = conn
             .request_by(TRACKING_ON, self.limit())
             .map_err(|failure| format!("CLIENT TRACKING: {failure}"))?;
@@ -252,75 +397,107 @@ impl Tracker {
             ));
         }
         // From here on Redis reports every change: what was kept before
-        // (while untracked) cannot be trusted, nor reads in flight.
-        self.cache.clear();
-        self.server.tracked.store(true, Ordering::Release);
-        self.listen(&mut conn, replication)
+        // cannot be trusted, nor reads in flight. Served once the first
+        // heartbeat is answered.
+        self.promise.made(Some(identity.into()));
+        self.cache.voided(&self.promise);
+        self.listen(conn)
     }
 
-    /// Invalidations until the connection fails or the thread stops; and
-    /// every [`POLL`] `INFO replication` (which also tells a frozen server:
-    /// no answer within [`WAIT`] ends the session). A replica that synced
-    /// again (its link, its master or its replication id changed) may
-    /// have replaced its data without an invalidation (Valkey's diskless
-    /// load swaps databases): everything goes.
-    fn listen(&self, conn: &mut Connection, mut replication: String) -> Result<(), String> {
-        let mut asked: Option<Instant> = None;
-        let mut next_ask = Instant::now() + POLL;
+    /// Invalidations and heartbeats until the connection fails, goes
+    /// silent for [`GIVE_UP`], or the thread stops.
+    fn listen(&mut self, conn: &mut Connection) -> Result<(), String> {
+        let mut next_beat = Instant::now();
         loop {
             if self.stopped() {
                 return Ok(());
             }
-            match conn.receive(SLICE) {
-                Ok(Reply::String(info)) if asked.is_some() => {
-                    asked = None;
-                    let state = replication_state(&Reply::String(info))
-                        .ok_or("INFO replication: no role in the reply")?;
-                    if state != replication {
-                        self.cache.clear();
-                        replication = state;
-                    }
+            let now = Instant::now();
+            if let Some(&(_, sent, _)) = self.asked.front() {
+                if now.duration_since(sent) > GIVE_UP {
+                    return Err(format!("no answer to the heartbeat within {GIVE_UP:?}"));
                 }
-                Ok(reply) => self.on_message(&reply)?,
+            } else if now >= next_beat {
+                let mut beat = INFO_REPLICATION.to_vec();
+                self.asked
+                    .push_back((Asked::Replication, now, !self.cluster));
+                if self.cluster {
+                    beat.extend_from_slice(CLUSTER_NODES);
+                    self.asked.push_back((Asked::Nodes, now, true));
+                }
+                conn.send_by(&beat, self.limit())
+                    .map_err(|err| format!("heartbeat: {err}"))?;
+                next_beat = now + HEARTBEAT;
+            }
+            let wait = next_beat
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), SLICE);
+            match conn.receive(wait) {
+                // Pushes are arrays; the heartbeat's replies are strings.
+                Ok(reply @ Reply::Array(_)) => self.on_push(&reply),
+                Ok(Reply::Error(text)) => {
+                    return Err(format!(
+                        "error on the tracking connection: {}",
+                        crate::connection::loggable_error(&text)
+                    ))
+                }
+                Ok(reply) => self.on_answer(&reply)?,
                 Err(Failure::Timeout) => {}
                 Err(err) => return Err(format!("tracking connection: {err}")),
-            }
-            let now = Instant::now();
-            match asked {
-                Some(sent) if now.duration_since(sent) > WAIT => {
-                    return Err(format!("no answer to INFO replication within {WAIT:?}"));
-                }
-                Some(_) => {}
-                None if now >= next_ask => {
-                    conn.send_by(INFO_REPLICATION, self.limit())
-                        .map_err(|err| format!("INFO replication: {err}"))?;
-                    asked = Some(now);
-                    next_ask = now + POLL;
-                }
-                None => {}
             }
         }
     }
 
     /// An invalidation push (`["invalidate", [key...]]`, or `nil` for a
-    /// flush); anything else (`PONG`) is dropped. An error reply ends
-    /// the session.
-    fn on_message(&self, reply: &Reply) -> Result<(), String> {
+    /// flush); anything else is dropped.
+    fn on_push(&self, reply: &Reply) {
         match invalidated(reply) {
             Some(Invalidated::Keys(keys)) => {
                 for key in keys {
                     self.cache.invalidate(key);
                 }
             }
-            Some(Invalidated::All) => self.cache.clear(),
-            None => {
-                if let Reply::Error(text) = reply {
-                    return Err(format!(
-                        "error on the tracking connection: {}",
-                        crate::connection::loggable_error(text)
-                    ));
+            Some(Invalidated::All) => {
+                self.promise.renewed();
+                self.cache.voided(&self.promise);
+            }
+            None => {}
+        }
+    }
+
+    /// The answer to the oldest heartbeat request; the last of a
+    /// heartbeat proves the promise as of when it was sent.
+    fn on_answer(&mut self, reply: &Reply) -> Result<(), String> {
+        let Some((asked, sent, last)) = self.asked.pop_front() else {
+            return Err("a reply nobody asked for".into());
+        };
+        match asked {
+            Asked::Replication => {
+                let state = replication_state(reply).ok_or("INFO replication: no role")?;
+                if self
+                    .replication
+                    .as_ref()
+                    .is_some_and(|before| *before != state)
+                {
+                    self.promise.renewed();
+                    self.cache.voided(&self.promise);
+                }
+                self.replication = Some(state);
+            }
+            Asked::Nodes => {
+                let view = own_slots(reply).ok_or("CLUSTER NODES: no line of its own")?;
+                // Migrations first: a slot on its way leaves every node's
+                // entries, then what this node no longer serves.
+                self.cache.set_migrating(&self.migrating, &view.migrating);
+                self.migrating = view.migrating;
+                let lost = self.promise.set_slots(&view.serves);
+                if !lost.is_empty() {
+                    self.cache.slots_lost(&self.promise, &lost);
                 }
             }
+        }
+        if last {
+            self.promise.proven(sent);
         }
         Ok(())
     }
@@ -328,6 +505,7 @@ impl Tracker {
 
 const TRACKING_ON: &[u8] = b"*4\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n$5\r\nBCAST\r\n";
 const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
+const CLUSTER_NODES: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nNODES\r\n";
 
 /// What of `INFO replication` says the data may have been replaced: the
 /// role, the master, the link, a sync in progress, the replication id.
@@ -356,6 +534,69 @@ pub(super) fn replication_state(reply: &Reply) -> Option<String> {
         .iter()
         .any(|line| line.starts_with("role:"))
         .then(|| state.join(","))
+}
+
+/// A cluster node's own view of its slots.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct OwnSlots {
+    /// Served by it (a replica: by its master), less those migrating.
+    pub(super) serves: SlotSet,
+    /// Being migrated from or imported to it.
+    pub(super) migrating: SlotSet,
+}
+
+/// The node's slots by its own `CLUSTER NODES` line (`myself`), or its
+/// master's for a replica; `None`: no such line.
+pub(super) fn own_slots(reply: &Reply) -> Option<OwnSlots> {
+    let Reply::String(text) = reply else {
+        return None;
+    };
+    let text = std::str::from_utf8(text).ok()?;
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .filter(|fields: &Vec<&str>| fields.len() >= 8)
+        .collect();
+    let own = lines
+        .iter()
+        .find(|fields| fields[2].split(',').any(|flag| flag == "myself"))?;
+    let mut view = OwnSlots::default();
+    let is_replica = own[2]
+        .split(',')
+        .any(|flag| flag == "slave" || flag == "replica");
+    let served = if is_replica {
+        lines.iter().find(|fields| fields[0] == own[3])
+    } else {
+        Some(own)
+    };
+    for field in served.map_or(&[][..], |fields| &fields[8..]) {
+        if field.starts_with('[') {
+            continue;
+        }
+        let (first, last) = field.split_once('-').unwrap_or((field, field));
+        let (Ok(first), Ok(last)) = (first.parse::<u16>(), last.parse::<u16>()) else {
+            continue;
+        };
+        for slot in first..=last.min(crate::cluster::SLOTS as u16 - 1) {
+            view.serves.insert(slot);
+        }
+    }
+    // `[slot->-id]` (migrating) and `[slot-<-id]` (importing): only in
+    // the node's own line, for a master.
+    for field in &own[8..] {
+        let Some(inner) = field.strip_prefix('[') else {
+            continue;
+        };
+        let slot = inner
+            .split(['-', '>', '<'])
+            .next()
+            .and_then(|s| s.parse().ok());
+        if let Some(slot) = slot {
+            view.migrating.insert(slot);
+            view.serves.remove(slot);
+        }
+    }
+    Some(view)
 }
 
 /// What an invalidation push names.
@@ -387,5 +628,55 @@ pub(super) fn invalidated(reply: &Reply) -> Option<Invalidated<'_>> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_double_with_jitter_up_to_the_cap_and_start_over_after_a_steady_session() {
+        let mut backoff = Backoff::new();
+        let pauses: Vec<Duration> = (0..8).map(|_| backoff.after(None, 0.5)).collect();
+        assert_eq!(pauses[0], FIRST_PAUSE);
+        assert_eq!(pauses[1], FIRST_PAUSE * 2);
+        assert_eq!(*pauses.last().unwrap(), MAX_PAUSE);
+        assert_eq!(backoff.after(None, 0.0), MAX_PAUSE.mul_f64(0.75));
+        assert_eq!(backoff.after(Some(MAX_PAUSE), 0.5), FIRST_PAUSE);
+        let j = jitter();
+        assert!((0.0..1.0).contains(&j));
+    }
+
+    fn nodes(text: &str) -> Reply {
+        Reply::String(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_masters_own_slots_less_those_it_migrates() {
+        let reply = nodes(
+            "aaa 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-2 5 [2->-bbb] [9-<-bbb]\n\
+             bbb 127.0.0.1:7001@17001 master - 0 0 2 connected 3-4 6-100\n",
+        );
+        let view = own_slots(&reply).unwrap();
+        let served: Vec<u16> = (0..200).filter(|&s| view.serves.contains(s)).collect();
+        assert_eq!(served, [0, 1, 5]);
+        let moving: Vec<u16> = (0..200).filter(|&s| view.migrating.contains(s)).collect();
+        assert_eq!(moving, [2, 9]);
+    }
+
+    #[test]
+    fn a_replica_serves_its_masters_slots() {
+        let reply = nodes(
+            "ccc 127.0.0.1:7002@17002 myself,slave bbb 0 0 2 connected\n\
+             bbb 127.0.0.1:7001@17001 master - 0 0 2 connected 3-4\n",
+        );
+        let view = own_slots(&reply).unwrap();
+        let served: Vec<u16> = (0..200).filter(|&s| view.serves.contains(s)).collect();
+        assert_eq!(served, [3, 4]);
+        assert!(own_slots(&nodes(
+            "bbb 127.0.0.1:7001@17001 master - 0 0 2 connected 3-4\n"
+        ))
+        .is_none());
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::config::{Location, Role};
 use crate::connection::{Connections, Connector};
+use crate::near_cache::Promise;
 use crate::protocol::Reply;
 use crate::stats::Stats;
 
@@ -14,6 +15,7 @@ mod health;
 mod manage;
 
 pub use health::{Health, MAX_BACKOFF};
+pub(crate) use manage::{run_id, INFO_SERVER};
 
 /// What a database sets for the connections of each of its servers.
 #[derive(Clone)]
@@ -28,6 +30,9 @@ pub(crate) struct ConnectionPolicy {
     pub(crate) ttl: Option<Duration>,
     /// A cluster database: connections to a replica get `READONLY` first.
     pub(crate) readonly_replicas: bool,
+    /// [ext] `near_cache`: each connection is asked which server it
+    /// reached (`run_id`), compared with the tracking connection's.
+    pub(crate) identify: bool,
 }
 
 const ROLE_UNKNOWN: u8 = 0;
@@ -62,9 +67,10 @@ pub struct Server {
     /// Private, pooled or pipelined; shared with the same server of an
     /// older topology (a role changed by a cluster map).
     pub(crate) connections: Arc<Connections>,
-    /// [ext] `near_cache`: Redis tracks keys for this server's tracking
-    /// connection now (`near_cache/tracking.rs`); shared the same way.
-    pub(crate) tracked: Arc<AtomicBool>,
+    /// [ext] `near_cache`: the server's promise to report changes, kept
+    /// by its tracking connection (`near_cache/promise.rs`); shared the
+    /// same way.
+    pub(crate) promise: Arc<Promise>,
 }
 
 impl Server {
@@ -79,6 +85,9 @@ impl Server {
         policy: ConnectionPolicy,
         connections: Arc<Connections>,
     ) -> Self {
+        // A cluster database's servers are cluster nodes: their
+        // promises cover the slots they serve.
+        let policy_cluster = policy.readonly_replicas;
         let server = Server {
             id,
             connector,
@@ -90,7 +99,11 @@ impl Server {
             role_refused: AtomicBool::new(false),
             policy,
             connections,
-            tracked: Arc::new(AtomicBool::new(false)),
+            promise: Arc::new(if policy_cluster {
+                Promise::for_cluster_node()
+            } else {
+                Promise::default()
+            }),
         };
         server.set_role(declared);
         server
@@ -108,7 +121,7 @@ impl Server {
             self.policy.clone(),
             self.connections.clone(),
         );
-        server.tracked = self.tracked.clone();
+        server.promise = self.promise.clone();
         server
     }
 
@@ -239,6 +252,7 @@ impl Server {
             command_timeout: None,
             ttl: None,
             readonly_replicas: false,
+            identify: false,
         };
         let health = Arc::new(Health::new(Duration::from_secs(60)));
         let connections = Arc::new(Connections::Private(slot));

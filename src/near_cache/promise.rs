@@ -1,0 +1,305 @@
+//! A server's promise to report every change of its keys, and what proves
+//! it still holds: one per server of a database with a near cache, kept
+//! by that server's tracking connection (`tracking.rs`), read by every
+//! hit (`mod.rs`).
+//!
+//! **The rule.** An entry is served only while the server it was read
+//! from has promised to tell us of every later write to its key, and we
+//! can tell that the promise still holds:
+//! - *made*: `CLIENT TRACKING ON BCAST` was accepted on the tracking
+//!   connection, which is still open (`generation` odd);
+//! - *the same*: no event voided it since the entry was read
+//!   (`generation` unchanged): a reconnect, a flush, a role change, a
+//!   replica that synced again each move it;
+//! - *proven recently*: the last heartbeat answered on the tracking
+//!   connection was sent less than [`PROOF_LASTS`] ago. Its reply comes
+//!   after every invalidation the server queued before it read the
+//!   heartbeat, on the same connection: every write the server applied
+//!   before the heartbeat was sent has been reported by the time it is
+//!   answered. A link that goes silent without a reset (a frozen server,
+//!   a dropped route, a NAT table flushed) stops the hits within that
+//!   bound; they resume, with nothing lost, when the answers come again
+//!   on the same connection.
+//! - *for that slot* (Cluster): the node, by its own word in its last
+//!   heartbeat (`CLUSTER NODES`), serves the entry's slot and no node of
+//!   the cluster is migrating it (`slots`). A node that loses a slot (a
+//!   takeover) deletes its keys without a word, and a slot on its way
+//!   to another node gets writes there.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::cluster::SLOTS;
+
+/// How long the answer to a heartbeat proves the promise: past it, the
+/// server's entries are not served (a miss), and kept for when it answers
+/// again. The bound of staleness when a tracking link goes silent.
+pub(crate) const PROOF_LASTS: Duration = Duration::from_millis(250);
+
+/// The clock the proofs are kept on: nanoseconds since the first use.
+fn nanos(at: Instant) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One server's promise (see the module documentation).
+#[derive(Default)]
+pub(crate) struct Promise {
+    /// Odd while tracking is on; moved by every event that voids what was
+    /// read before it.
+    generation: AtomicU64,
+    /// [`nanos`] of the send time of the last heartbeat answered, + 1 (0:
+    /// none yet).
+    proven: AtomicU64,
+    /// The server's `run_id` as its tracking connection found it: a read
+    /// on a connection that reached another server (a balancer behind
+    /// one location) is never kept.
+    identity: Mutex<Option<Arc<str>>>,
+    /// Cluster: the slots the node serves with no migration under way,
+    /// one bit each (`None`: not a cluster node, every slot).
+    slots: OnceLock<Box<[AtomicU64]>>,
+}
+
+/// A promise as an entry saw it when it was read: its generation.
+#[derive(Clone)]
+pub(crate) struct Pledge {
+    pub(super) promise: Arc<Promise>,
+    pub(super) generation: u64,
+}
+
+impl Pledge {
+    /// Whether what was read under this pledge may be served at `now`.
+    pub(super) fn holds(&self, now: Instant) -> bool {
+        self.promise.generation.load(Ordering::Acquire) == self.generation
+            && self.promise.proven_at(now)
+    }
+
+    /// Made anew or voided since: what was read under it is dead.
+    pub(super) fn voided(&self) -> bool {
+        self.promise.generation.load(Ordering::Acquire) != self.generation
+    }
+}
+
+impl Promise {
+    /// The promise of a cluster node: its slots are checked too, none
+    /// served until its first heartbeat says which.
+    pub(crate) fn for_cluster_node() -> Promise {
+        let promise = Promise::default();
+        let _ = promise
+            .slots
+            .set((0..SLOTS / 64).map(|_| AtomicU64::new(0)).collect());
+        promise
+    }
+
+    /// Tracking is on (the server accepted it), seen from `identity`.
+    pub(crate) fn made(&self, identity: Option<Arc<str>>) {
+        *self.identity.lock() = identity;
+        // Made again without a break: what came before is void too.
+        self.step(|generation| generation + if generation % 2 == 0 { 1 } else { 2 });
+    }
+
+    fn step(&self, next: impl Fn(u64) -> u64) {
+        let _ = self
+            .generation
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |g| Some(next(g)));
+    }
+
+    /// Tracking is off (the connection ended): nothing read before is
+    /// served, nor kept.
+    pub(crate) fn broken(&self) {
+        self.step(|generation| generation + if generation % 2 == 1 { 1 } else { 2 });
+        self.proven.store(0, Ordering::Release);
+    }
+
+    /// Still tracked, but what was read before may be wrong now (a flush,
+    /// a replica that synced again, a role change).
+    pub(crate) fn renewed(&self) {
+        self.generation.fetch_add(2, Ordering::AcqRel);
+    }
+
+    /// A heartbeat sent at `sent` was answered.
+    pub(crate) fn proven(&self, sent: Instant) {
+        self.proven.fetch_max(nanos(sent) + 1, Ordering::AcqRel);
+    }
+
+    fn proven_at(&self, now: Instant) -> bool {
+        let proven = self.proven.load(Ordering::Acquire);
+        proven != 0 && nanos(now).saturating_sub(proven - 1) <= PROOF_LASTS.as_nanos() as u64
+    }
+
+    /// Whether tracking is on now.
+    #[cfg(test)]
+    pub(crate) fn is_made(&self) -> bool {
+        self.generation.load(Ordering::Acquire) % 2 == 1
+    }
+
+    /// The pledge a reply read now is kept under, if the promise holds:
+    /// made, proven, seen by a connection that reached the same server
+    /// (`identity`: that connection's `run_id`), and serving `slot`.
+    pub(crate) fn pledge(
+        self: &Arc<Self>,
+        identity: Option<&str>,
+        slot: Option<u16>,
+        now: Instant,
+    ) -> Option<Pledge> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation % 2 == 0 || !self.proven_at(now) {
+            return None;
+        }
+        match (identity, self.identity.lock().as_deref()) {
+            (Some(read), Some(tracked)) if read == tracked => {}
+            _ => return None,
+        }
+        if let Some(slot) = slot {
+            if !self.serves(slot) {
+                return None;
+            }
+        }
+        Some(Pledge {
+            promise: self.clone(),
+            generation,
+        })
+    }
+
+    /// Whether it is a cluster node's (its slots are checked).
+    pub(crate) fn is_cluster_node(&self) -> bool {
+        self.slots.get().is_some()
+    }
+
+    /// Cluster: whether the node serves `slot`, stable (always true for
+    /// a server that is no cluster node).
+    pub(crate) fn serves(&self, slot: u16) -> bool {
+        let Some(bits) = self.slots.get() else {
+            return true;
+        };
+        let slot = usize::from(slot);
+        bits[slot / 64].load(Ordering::Acquire) & (1 << (slot % 64)) != 0
+    }
+
+    /// Cluster: the node now serves `slots` (stable ones), by its last
+    /// heartbeat. Returns those it served before and no longer does.
+    pub(crate) fn set_slots(&self, slots: &SlotSet) -> SlotSet {
+        let mut lost = SlotSet::default();
+        let Some(bits) = self.slots.get() else {
+            return lost;
+        };
+        for (word, (cell, new)) in bits.iter().zip(slots.0.iter()).enumerate() {
+            let old = cell.swap(*new, Ordering::AcqRel);
+            lost.0[word] = old & !new;
+        }
+        lost
+    }
+}
+
+/// A set of cluster slots.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct SlotSet(pub(crate) Box<[u64]>);
+
+impl Default for SlotSet {
+    fn default() -> Self {
+        SlotSet(vec![0; SLOTS / 64].into_boxed_slice())
+    }
+}
+
+impl SlotSet {
+    pub(crate) fn insert(&mut self, slot: u16) {
+        let slot = usize::from(slot);
+        if slot < SLOTS {
+            self.0[slot / 64] |= 1 << (slot % 64);
+        }
+    }
+
+    pub(crate) fn remove(&mut self, slot: u16) {
+        let slot = usize::from(slot);
+        if slot < SLOTS {
+            self.0[slot / 64] &= !(1 << (slot % 64));
+        }
+    }
+
+    pub(crate) fn contains(&self, slot: u16) -> bool {
+        let slot = usize::from(slot);
+        slot < SLOTS && self.0[slot / 64] & (1 << (slot % 64)) != 0
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|&word| word == 0)
+    }
+}
+
+#[cfg(test)]
+impl Promise {
+    /// A promise made, seen from `identity`, and proven for the next
+    /// hour (a test that is not about heartbeats).
+    pub(crate) fn vouching(identity: &str) -> Arc<Promise> {
+        let promise = Arc::new(Promise::default());
+        promise.vouch_for_an_hour(identity);
+        promise
+    }
+
+    pub(crate) fn vouch_for_an_hour(&self, identity: &str) {
+        self.made(Some(identity.into()));
+        self.proven(Instant::now() + Duration::from_secs(3600));
+    }
+
+    /// Whether a heartbeat was answered lately.
+    pub(crate) fn is_proven(&self) -> bool {
+        self.proven_at(Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pledge_holds_while_made_unchanged_and_proven() {
+        let promise = Arc::new(Promise::default());
+        let now = Instant::now();
+        assert!(promise.pledge(Some("a"), None, now).is_none(), "not made");
+        promise.made(Some("a".into()));
+        assert!(promise.pledge(Some("a"), None, now).is_none(), "not proven");
+        promise.proven(now);
+        assert!(
+            promise.pledge(Some("b"), None, now).is_none(),
+            "another server"
+        );
+        assert!(promise.pledge(None, None, now).is_none(), "unknown server");
+        let pledge = promise.pledge(Some("a"), None, now).expect("holds");
+        assert!(pledge.holds(now));
+        // Silent past the bound: not served, not void either.
+        let later = now + PROOF_LASTS + Duration::from_millis(1);
+        assert!(!pledge.holds(later) && !pledge.voided());
+        promise.proven(later);
+        assert!(pledge.holds(later));
+        promise.renewed();
+        assert!(pledge.voided() && !pledge.holds(later));
+        let pledge = promise.pledge(Some("a"), None, later).expect("renewed");
+        promise.broken();
+        assert!(pledge.voided() && !promise.is_made());
+        assert!(promise.pledge(Some("a"), None, later).is_none());
+        promise.made(Some("a".into()));
+        assert!(pledge.voided(), "made again is not the same promise");
+    }
+
+    #[test]
+    fn a_cluster_node_serves_the_slots_its_heartbeat_gave() {
+        let promise = Arc::new(Promise::for_cluster_node());
+        let now = Instant::now();
+        promise.made(Some("n".into()));
+        promise.proven(now);
+        assert!(promise.pledge(Some("n"), Some(7), now).is_none());
+        let mut slots = SlotSet::default();
+        slots.insert(7);
+        slots.insert(8);
+        assert!(promise.set_slots(&slots).is_empty());
+        assert!(promise.pledge(Some("n"), Some(7), now).is_some());
+        slots.remove(7);
+        let lost = promise.set_slots(&slots);
+        assert!(lost.contains(7) && !lost.contains(8));
+        assert!(promise.pledge(Some("n"), Some(7), now).is_none());
+        assert!(promise.serves(8));
+    }
+}
