@@ -10,7 +10,7 @@ use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::near_cache::{Filled, Lookup, Pledge};
+use crate::near_cache::{Filled, Lookup, Pledge, Unpledged};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -572,17 +572,30 @@ impl Database {
         mut lease: Lease<'_>,
         server: &Arc<Server>,
     ) -> Reply {
-        if let Some(served) = &mut x.served {
+        if x.served.is_some() {
             let slot = match self.cluster {
                 Some(_) => x.found.slot(x.command).ok().flatten(),
                 None => None,
             };
             let identity = lease.identity();
-            served.pledge = server
+            let pledge = server
                 .promise
                 .pledge(identity.as_deref(), slot, Instant::now());
-            served.master = server.role() == Role::Master;
-            served.slot = slot;
+            if let Err(Unpledged::AnotherServer { read, tracked }) = &pledge {
+                if server.promise.first_mismatch() {
+                    x.note(Note::Warning(&format!(
+                        "near cache: a connection to {} reached another server (run_id {read}) \
+                         than its tracking connection (run_id {tracked}): a balancer behind \
+                         one location? Its replies are not kept; list each server instead",
+                        server.location()
+                    )));
+                }
+            }
+            x.served = Some(Served {
+                pledge: pledge.ok(),
+                master: server.role() == Role::Master,
+                slot,
+            });
         }
         let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts sends that got a reply (here

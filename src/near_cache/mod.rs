@@ -8,7 +8,9 @@
 //! that server (and a flush). Broadcast mode keeps the connections that
 //! carry commands untouched (private, pooled and pipelined ones alike: no
 //! tracking state on them, nothing that could cross from one request to
-//! another), and serves replicas and cluster nodes the same way.
+//! another), and serves replicas and cluster nodes the same way. An entry
+//! is served only while the server that gave it still keeps that promise,
+//! as its heartbeat proves (`promise.rs`: the rule, and what voids it).
 //!
 //! **The race of a read in flight.** A read sent before a write and
 //! answered after its invalidation arrived would leave the old value for
@@ -21,12 +23,14 @@
 //! arrive on different connections, in either order; both orders are
 //! covered.
 //!
-//! **Tracking lost.** A reply is kept only if the server that gave it is
-//! tracked when it comes, and no server's tracking started or stopped
-//! since the ticket was taken (`epoch`). When a tracking connection
-//! breaks (or the server restarts, flushes, or leaves the topology), the
-//! cache is emptied at once and the epoch moves, so no fill in flight
-//! completes; it fills again once tracking is back.
+//! **Tracking lost.** A reply is kept only if its server's promise holds
+//! when it comes (a [`Pledge`]), and no promise was voided since the
+//! ticket was taken (`epoch`: the server that answers is not known
+//! before). When a tracking connection breaks (or the server restarts,
+//! flushes, changes role, or leaves the topology; or a cluster node stops
+//! serving a slot), exactly the entries that promise covered go, and the
+//! epoch moves, so no fill in flight completes; it fills again once
+//! tracking is back.
 //!
 //! **Commands of several keys** (`MGET a b`, `SUNION`, `EXISTS a b`...).
 //! The entry is kept under its first key (its *owner*), and each of its
@@ -75,7 +79,7 @@ use crate::stats::{Counter, Stats};
 pub(crate) mod promise;
 pub(crate) mod tracking;
 
-pub(crate) use promise::{Pledge, Promise, SlotSet};
+pub(crate) use promise::{Pledge, Promise, SlotSet, Unpledged};
 
 const SHARDS: usize = 64;
 /// Commands a shard's doorkeeper remembers before it starts afresh.

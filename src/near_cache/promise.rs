@@ -25,7 +25,7 @@
 //!   the cluster is migrating it (`slots`). A node that loses a slot (a
 //!   takeover) deletes its keys without a word, and a slot on its way
 //!   to another node gets writes there.
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,22 @@ pub(crate) struct Promise {
     /// Cluster: the slots the node serves with no migration under way,
     /// one bit each (`None`: not a cluster node, every slot).
     slots: OnceLock<Box<[AtomicU64]>>,
+    /// A read that reached another server was reported.
+    mismatch_said: AtomicBool,
+}
+
+/// Why a reply is not kept.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unpledged {
+    /// Tracking is off, or not heard from lately.
+    NotTracked,
+    /// The connection that read reached another server than the tracking
+    /// connection (`run_id`s): a balancer behind one location.
+    AnotherServer { read: String, tracked: String },
+    /// Which server the connection reached is not known (`INFO` refused).
+    Unknown,
+    /// A cluster node that does not serve the slot now (or it moves).
+    SlotNotServed,
 }
 
 /// A promise as an entry saw it when it was read: its generation.
@@ -144,24 +160,35 @@ impl Promise {
         identity: Option<&str>,
         slot: Option<u16>,
         now: Instant,
-    ) -> Option<Pledge> {
+    ) -> Result<Pledge, Unpledged> {
         let generation = self.generation.load(Ordering::Acquire);
         if generation % 2 == 0 || !self.proven_at(now) {
-            return None;
+            return Err(Unpledged::NotTracked);
         }
         match (identity, self.identity.lock().as_deref()) {
             (Some(read), Some(tracked)) if read == tracked => {}
-            _ => return None,
+            (Some(read), Some(tracked)) if !read.is_empty() => {
+                return Err(Unpledged::AnotherServer {
+                    read: read.into(),
+                    tracked: tracked.into(),
+                })
+            }
+            _ => return Err(Unpledged::Unknown),
         }
         if let Some(slot) = slot {
             if !self.serves(slot) {
-                return None;
+                return Err(Unpledged::SlotNotServed);
             }
         }
-        Some(Pledge {
+        Ok(Pledge {
             promise: self.clone(),
             generation,
         })
+    }
+
+    /// True the first time only: a balanced location is said once.
+    pub(crate) fn first_mismatch(&self) -> bool {
+        !self.mismatch_said.swap(true, Ordering::Relaxed)
     }
 
     /// Whether it is a cluster node's (its slots are checked).
@@ -258,15 +285,18 @@ mod tests {
     fn a_pledge_holds_while_made_unchanged_and_proven() {
         let promise = Arc::new(Promise::default());
         let now = Instant::now();
-        assert!(promise.pledge(Some("a"), None, now).is_none(), "not made");
+        assert!(promise.pledge(Some("a"), None, now).is_err(), "not made");
         promise.made(Some("a".into()));
-        assert!(promise.pledge(Some("a"), None, now).is_none(), "not proven");
+        assert!(promise.pledge(Some("a"), None, now).is_err(), "not proven");
         promise.proven(now);
-        assert!(
-            promise.pledge(Some("b"), None, now).is_none(),
-            "another server"
+        assert_eq!(
+            promise.pledge(Some("b"), None, now).err(),
+            Some(Unpledged::AnotherServer {
+                read: "b".into(),
+                tracked: "a".into()
+            })
         );
-        assert!(promise.pledge(None, None, now).is_none(), "unknown server");
+        assert!(promise.pledge(None, None, now).is_err(), "unknown server");
         let pledge = promise.pledge(Some("a"), None, now).expect("holds");
         assert!(pledge.holds(now));
         // Silent past the bound: not served, not void either.
@@ -279,7 +309,7 @@ mod tests {
         let pledge = promise.pledge(Some("a"), None, later).expect("renewed");
         promise.broken();
         assert!(pledge.voided() && !promise.is_made());
-        assert!(promise.pledge(Some("a"), None, later).is_none());
+        assert!(promise.pledge(Some("a"), None, later).is_err());
         promise.made(Some("a".into()));
         assert!(pledge.voided(), "made again is not the same promise");
     }
@@ -290,16 +320,16 @@ mod tests {
         let now = Instant::now();
         promise.made(Some("n".into()));
         promise.proven(now);
-        assert!(promise.pledge(Some("n"), Some(7), now).is_none());
+        assert!(promise.pledge(Some("n"), Some(7), now).is_err());
         let mut slots = SlotSet::default();
         slots.insert(7);
         slots.insert(8);
         assert!(promise.set_slots(&slots).is_empty());
-        assert!(promise.pledge(Some("n"), Some(7), now).is_some());
+        assert!(promise.pledge(Some("n"), Some(7), now).is_ok());
         slots.remove(7);
         let lost = promise.set_slots(&slots);
         assert!(lost.contains(7) && !lost.contains(8));
-        assert!(promise.pledge(Some("n"), Some(7), now).is_none());
+        assert!(promise.pledge(Some("n"), Some(7), now).is_err());
         assert!(promise.serves(8));
     }
 }
