@@ -10,7 +10,7 @@ use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::near_cache::{Filled, Lookup, Pledge, Unpledged};
+use crate::near_cache::{hash_read, Filled, HashRead, Lookup, Pledge, Unpledged};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -177,13 +177,15 @@ impl Database {
                         slot,
                     }),
                 ) if !matches!(reply, Reply::Error(_)) => {
-                    self.expiry_of(fill.keys(), x).map(|expires| Filled {
-                        reply,
-                        from_master: master,
-                        expires,
-                        pledge,
-                        slot,
-                    })
+                    let fields = pledge.field_expiry();
+                    self.expiry_of(fill.keys(), fields, x)
+                        .map(|expires| Filled {
+                            reply,
+                            from_master: master,
+                            expires,
+                            pledge,
+                            slot,
+                        })
                 }
                 _ => None,
             };
@@ -207,44 +209,69 @@ impl Database {
     /// [ext] When the first of `keys`, just read for the near cache,
     /// expires: their `PTTL`s, asked next, one by one (bounded by what is
     /// left of the execution's deadline, no retry), counted as any
-    /// command. `Some(None)`: none has a TTL (or is there); `None`:
-    /// unknown, so not kept.
+    /// command; on a server whose hash fields expire on their own
+    /// (`fields`), the `HPTTL` of the fields a hash read names too (a
+    /// read of the whole hash is not kept there). `Some(None)`: none has
+    /// a TTL (or is there); `None`: unknown, so not kept.
     fn expiry_of<'k>(
         &self,
         keys: impl Iterator<Item = &'k [u8]>,
+        fields: bool,
         x: &mut Execution,
     ) -> Option<Option<Instant>> {
         let mut first: Option<Instant> = None;
+        let mut keys = keys.peekable();
+        let hash_key = keys.peek().map(|key| key.to_vec());
         for key in keys {
-            let expires = self.pttl(key, x)?;
-            first = match (first, expires) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let mut pttl = Command::new(b"PTTL");
+            pttl.push(key);
+            first = earliest(first, self.expiry(pttl, x)?);
         }
-        Some(first)
+        if !fields {
+            return Some(first);
+        }
+        let mut hpttl = Command::new(b"HPTTL");
+        match hash_read(x.command) {
+            HashRead::Not => return Some(first),
+            HashRead::Whole => return None,
+            HashRead::Fields(fields) => {
+                hpttl.push(&hash_key?);
+                hpttl.push(b"FIELDS");
+                hpttl.push(fields.len().to_string().as_bytes());
+                for field in fields {
+                    hpttl.push(field);
+                }
+            }
+        }
+        Some(earliest(first, self.expiry(hpttl, x)?))
     }
 
-    /// When `key` expires (see [`Database::expiry_of`]).
-    fn pttl(&self, key: &[u8], x: &mut Execution) -> Option<Option<Instant>> {
-        let mut pttl = Command::new(b"PTTL");
-        pttl.push(key);
-        pttl.retries = Some(0);
+    /// When what `ttl` asks about expires (`PTTL key`, or `HPTTL key
+    /// FIELDS ...`: the first of its fields); see [`Database::expiry_of`].
+    fn expiry(&self, mut ttl: Command, x: &mut Execution) -> Option<Option<Instant>> {
+        ttl.retries = Some(0);
         let left = x
             .deadline
             .map(|deadline| deadline.saturating_duration_since(Instant::now()));
-        pttl.timeout = match (left, x.timeout) {
+        ttl.timeout = match (left, x.timeout) {
             (Some(left), _) if left.is_zero() => return None,
             (Some(left), Some(timeout)) => Some(left.min(timeout)),
             (left, timeout) => left.or(timeout),
         };
         let asked = Instant::now();
-        match self.execute(&mut pttl, x.master, x.task, x.debug) {
-            Ok(Reply::Integer(ms)) if ms >= 0 => {
+        let ttl_of = |reply: &Reply| match reply {
+            Reply::Integer(ms) if *ms >= 0 => {
                 Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
             }
-            Ok(Reply::Integer(-1 | -2)) => Some(None),
+            Reply::Integer(-1 | -2) => Some(None),
             _ => None,
+        };
+        match self.execute(&mut ttl, x.master, x.task, x.debug) {
+            Ok(Reply::Array(ttls)) => ttls
+                .iter()
+                .try_fold(None, |first, reply| Some(earliest(first, ttl_of(reply)?))),
+            Ok(reply) => ttl_of(&reply),
+            Err(_) => None,
         }
     }
 
@@ -683,5 +710,13 @@ impl Database {
             Err(RequestError::Failed(failure)) => Err(server.failed(failure, was_broken, timeout)),
             Err(RequestError::Collateral(failure)) => Err(server.failed(failure, true, timeout)),
         }
+    }
+}
+
+/// The sooner of two expiries (`None`: never).
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -76,9 +76,11 @@ use parking_lot::Mutex;
 use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
 
+mod fields;
 pub(crate) mod promise;
 pub(crate) mod tracking;
 
+pub(crate) use fields::{hash_read, HashRead};
 pub(crate) use promise::{Pledge, Promise, SlotSet, Unpledged};
 
 const SHARDS: usize = 64;

@@ -63,6 +63,10 @@ pub(crate) struct Promise {
     slots: OnceLock<Box<[AtomicU64]>>,
     /// A read that reached another server was reported.
     mismatch_said: AtomicBool,
+    /// The server has hash fields with TTLs of their own (Redis 7.4,
+    /// Valkey 9.0): a field expires with no write, and no key TTL says
+    /// when.
+    field_expiry: AtomicBool,
 }
 
 /// Why a reply is not kept.
@@ -93,6 +97,11 @@ impl Pledge {
             && self.promise.proven_at(now)
     }
 
+    /// Whether its server's hash fields may expire on their own.
+    pub(crate) fn field_expiry(&self) -> bool {
+        self.promise.field_expiry.load(Ordering::Acquire)
+    }
+
     /// Made anew or voided since: what was read under it is dead.
     pub(super) fn voided(&self) -> bool {
         self.promise.generation.load(Ordering::Acquire) != self.generation
@@ -110,9 +119,11 @@ impl Promise {
         promise
     }
 
-    /// Tracking is on (the server accepted it), seen from `identity`.
-    pub(crate) fn made(&self, identity: Option<Arc<str>>) {
+    /// Tracking is on (the server accepted it), seen from `identity`, a
+    /// server with hash-field expiry or not.
+    pub(crate) fn made(&self, identity: Option<Arc<str>>, field_expiry: bool) {
         *self.identity.lock() = identity;
+        self.field_expiry.store(field_expiry, Ordering::Release);
         // Made again without a break: what came before is void too.
         self.step(|generation| generation + if generation % 2 == 0 { 1 } else { 2 });
     }
@@ -267,7 +278,7 @@ impl Promise {
     }
 
     pub(crate) fn vouch_for_an_hour(&self, identity: &str) {
-        self.made(Some(identity.into()));
+        self.made(Some(identity.into()), false);
         self.proven(Instant::now() + Duration::from_secs(3600));
     }
 
@@ -286,7 +297,7 @@ mod tests {
         let promise = Arc::new(Promise::default());
         let now = Instant::now();
         assert!(promise.pledge(Some("a"), None, now).is_err(), "not made");
-        promise.made(Some("a".into()));
+        promise.made(Some("a".into()), false);
         assert!(promise.pledge(Some("a"), None, now).is_err(), "not proven");
         promise.proven(now);
         assert_eq!(
@@ -310,7 +321,7 @@ mod tests {
         promise.broken();
         assert!(pledge.voided() && !promise.is_made());
         assert!(promise.pledge(Some("a"), None, later).is_err());
-        promise.made(Some("a".into()));
+        promise.made(Some("a".into()), false);
         assert!(pledge.voided(), "made again is not the same promise");
     }
 
@@ -318,7 +329,7 @@ mod tests {
     fn a_cluster_node_serves_the_slots_its_heartbeat_gave() {
         let promise = Arc::new(Promise::for_cluster_node());
         let now = Instant::now();
-        promise.made(Some("n".into()));
+        promise.made(Some("n".into()), false);
         promise.proven(now);
         assert!(promise.pledge(Some("n"), Some(7), now).is_err());
         let mut slots = SlotSet::default();

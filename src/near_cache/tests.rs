@@ -368,7 +368,7 @@ fn invalidation_pushes() {
 mod with_redis {
     use std::time::Instant;
 
-    use super::super::tracking::Trackers;
+    use super::super::tracking::{has_field_expiry, Trackers};
     use super::*;
     use crate::config::{DbArgs, DbConfig};
     use crate::database::{Database, TaskConnection};
@@ -520,9 +520,9 @@ mod with_redis {
         let db = near_cache_db(redis, "master");
         let info = Reply::String(redis.cli(&["INFO", "server"]).into_bytes());
         let identity = crate::server::run_id(&info).expect("a run_id");
-        db.topology().servers[0]
-            .promise
-            .vouch_for_an_hour(&identity);
+        let promise = &db.topology().servers[0].promise;
+        promise.made(Some(identity.into()), has_field_expiry(&info));
+        promise.proven(Instant::now() + Duration::from_secs(3600));
         db
     }
 
@@ -596,6 +596,43 @@ mod with_redis {
         assert_eq!(run(&db, task, &["GET", "session"]), Reply::Nil);
         assert_eq!(run(&db, task, &["GET", "forever"]), s("bob"));
         assert_eq!(counter(&db, Counter::NearCacheHits), 3);
+    }
+
+    /// A hash field with a TTL of its own (`HPEXPIRE`, Redis 7.4) is not
+    /// served past it, though it expires with no write and no key TTL
+    /// (`PTTL` -1) says when; a read of the whole hash is not kept on
+    /// such a server. On an older server (no field TTLs), both are kept.
+    #[test]
+    fn a_hash_field_is_not_served_past_its_ttl() {
+        let redis = RedisProcess::start(&[]);
+        let db = marked_tracked(&redis);
+        redis.cli(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+        redis.cli(&["HSET", "session", "user", "alice", "role", "admin"]);
+        let info = Reply::String(redis.cli(&["INFO", "server"]).into_bytes());
+        let field_ttls = has_field_expiry(&info);
+        if field_ttls {
+            let set = redis.cli(&["HPEXPIRE", "session", "400", "FIELDS", "1", "role"]);
+            assert!(set.contains('1'), "HPEXPIRE: {set}");
+        }
+        let task = &mut TaskConnection::default();
+        for _ in 0..3 {
+            assert_eq!(run(&db, task, &["HGET", "session", "role"]), s("admin"));
+            assert_eq!(run(&db, task, &["HLEN", "session"]), Reply::Integer(2));
+        }
+        let hits = if field_ttls { 1 } else { 2 };
+        assert_eq!(
+            counter(&db, Counter::NearCacheHits),
+            hits,
+            "HLEN kept: {}",
+            !field_ttls
+        );
+        if !field_ttls {
+            eprintln!("no hash-field TTLs on this server: only the caching was checked");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(run(&db, task, &["HGET", "session", "role"]), Reply::Nil);
+        assert_eq!(run(&db, task, &["HLEN", "session"]), Reply::Integer(1));
     }
 
     /// A command read once is not kept (the doorkeeper): a load of fresh

@@ -387,6 +387,7 @@ impl Session {
             .request_by(INFO_SERVER, self.limit())
             .map_err(|failure| format!("INFO server: {failure}"))?;
         let identity = run_id(&info).ok_or("INFO server: no run_id in the reply")?;
+        let field_expiry = has_field_expiry(&info);
         let reply = conn
             .request_by(TRACKING_ON, self.limit())
             .map_err(|failure| format!("CLIENT TRACKING: {failure}"))?;
@@ -399,7 +400,7 @@ impl Session {
         // From here on Redis reports every change: what was kept before
         // cannot be trusted, nor reads in flight. Served once the first
         // heartbeat is answered.
-        self.promise.made(Some(identity.into()));
+        self.promise.made(Some(identity.into()), field_expiry);
         self.cache.voided(&self.promise);
         self.listen(conn)
     }
@@ -536,6 +537,33 @@ pub(super) fn replication_state(reply: &Reply) -> Option<String> {
         .then(|| state.join(","))
 }
 
+/// Whether the server of an `INFO server` reply may expire hash fields
+/// on their own (`HEXPIRE`: Redis 7.4, Valkey 9.0). A version it cannot
+/// read is taken as one that may.
+pub(super) fn has_field_expiry(info: &Reply) -> bool {
+    let Reply::String(text) = info else {
+        return true;
+    };
+    let text = String::from_utf8_lossy(text);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let (version, since) = match field("server_name") {
+        Some("valkey") => (field("valkey_version"), (9, 0)),
+        _ => (field("redis_version"), (7, 4)),
+    };
+    let mut numbers = version
+        .unwrap_or("")
+        .split('.')
+        .map(|n| n.parse::<u32>().ok());
+    match (numbers.next().flatten(), numbers.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= since,
+        _ => true,
+    }
+}
+
 /// A cluster node's own view of its slots.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct OwnSlots {
@@ -646,6 +674,18 @@ mod tests {
         assert_eq!(backoff.after(Some(MAX_PAUSE), 0.5), FIRST_PAUSE);
         let j = jitter();
         assert!((0.0..1.0).contains(&j));
+    }
+
+    #[test]
+    fn hash_field_expiry_comes_with_redis_7_4_and_valkey_9() {
+        let info = |text: &str| Reply::String(text.as_bytes().to_vec());
+        assert!(!has_field_expiry(&info("redis_version:7.0.15\r\n")));
+        assert!(has_field_expiry(&info("redis_version:7.4.0\r\n")));
+        assert!(has_field_expiry(&info("redis_version:8.0.2\r\n")));
+        let valkey = "server_name:valkey\r\nredis_version:7.2.4\r\nvalkey_version:";
+        assert!(!has_field_expiry(&info(&format!("{valkey}8.1.1\r\n"))));
+        assert!(has_field_expiry(&info(&format!("{valkey}9.0.0\r\n"))));
+        assert!(has_field_expiry(&info("no version here")));
     }
 
     fn nodes(text: &str) -> Reply {
