@@ -110,7 +110,18 @@ impl History {
     /// if none did. The checker then bounds how much staler than the
     /// replica a read is, not than the master: later by at most a poll's
     /// spacing and length, so looser by that much.
+    /// The replica held nothing when the load began (the keys' version
+    /// 0, written just before, reaches it later): a reset of every key
+    /// then, which those writes followed.
     pub(crate) fn as_replica_held(&mut self, polls: &[ReplicaPoll]) {
+        self.resets.push(Reset {
+            start: 0,
+            end: 0,
+            keys: ALL_KEYS,
+        });
+        for w in self.writes.iter_mut().filter(|w| w.start == 0) {
+            w.start = 1;
+        }
         for w in self.writes.iter_mut().filter(|w| w.acked) {
             let seen = polls
                 .iter()
