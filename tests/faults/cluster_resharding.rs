@@ -14,7 +14,7 @@ const TAIL: f64 = 3.0;
 /// The resharding: a connection to each master, what it moved.
 pub(crate) struct Resharding<'a> {
     nodes: &'a Nodes,
-    masters: Vec<(&'static str, RedisConn)>,
+    masters: Vec<(String, RedisConn)>,
     pub(crate) keys: usize,
     pub(crate) batches: usize,
 }
@@ -22,8 +22,8 @@ pub(crate) struct Resharding<'a> {
 impl<'a> Resharding<'a> {
     pub(crate) fn open(nodes: &'a Nodes) -> Res<Resharding<'a>> {
         let mut masters = Vec::new();
-        for m in ["m0", "m1", "m2"] {
-            let conn = RedisConn::open(nodes.port(m)).map_err(|e| format!("{m}: {e}"))?;
+        for m in nodes.masters() {
+            let conn = RedisConn::open(nodes.port(&m)).map_err(|e| format!("{m}: {e}"))?;
             masters.push((m, conn));
         }
         Ok(Resharding {
@@ -64,10 +64,15 @@ impl<'a> Resharding<'a> {
                 .cmd_array(&["CLUSTER", "GETKEYSINSLOT", &slot, BATCH])
                 .map_err(|e| format!("GETKEYSINSLOT {slot}: {e}"))?;
             if keys.is_empty() {
-                let others = ["m0", "m1", "m2"]
+                let others: Vec<String> = nodes
+                    .masters()
                     .into_iter()
-                    .filter(|m| *m != to && *m != from);
-                for m in [to, from].into_iter().chain(others) {
+                    .filter(|m| m != to && m != from)
+                    .collect();
+                for m in [to, from]
+                    .into_iter()
+                    .chain(others.iter().map(String::as_str))
+                {
                     self.on(m)
                         .ok(&["CLUSTER", "SETSLOT", &slot, "NODE", to_id])?;
                 }

@@ -14,8 +14,11 @@ const SLOTS: u16 = 16384;
 /// The cluster's nodes: m0, the seed, is the `Setup`'s Redis.
 pub(crate) struct Nodes {
     macros: Vec<(String, String)>,
-    /// The other five, stopped by PID on drop.
+    /// The other five (and those added), stopped by PID on drop.
     _others: Vec<Redis>,
+    /// The trial's directory, and the nodes' extra options.
+    dir: PathBuf,
+    extra: Vec<String>,
 }
 
 impl Nodes {
@@ -39,6 +42,58 @@ impl Nodes {
 
     pub(crate) fn ports(&self, nodes: &[&str]) -> Vec<u16> {
         nodes.iter().map(|n| self.port(n)).collect()
+    }
+
+    /// The masters' names: m0, m1, m2, then those added.
+    pub(crate) fn masters(&self) -> Vec<String> {
+        let prefix = format!("{NAME}_m");
+        self.macros
+            .iter()
+            .filter_map(|(k, _)| k.strip_prefix(&prefix)?.strip_suffix("_id"))
+            .map(|n| format!("m{n}"))
+            .collect()
+    }
+
+    /// A new empty master `name` (`m3`...) with the options of the others,
+    /// met from m0 (`CLUSTER MEET`), as `redis-cli --cluster add-node`
+    /// adds one; returned once every master knows it and it knows every
+    /// node (none in handshake), 10 s at most.
+    pub(crate) fn add_master(&mut self, name: &str) -> Res<()> {
+        let sub = self.dir.join(name);
+        make_dir(&sub)?;
+        let redis = Redis::start_with(&sub, &cluster::node_args(&self.extra))?;
+        let port = redis.port;
+        self._others.push(redis);
+        let id = cluster::ask(port, &["CLUSTER", "MYID"])?;
+        cluster::ask(
+            self.port("m0"),
+            &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()],
+        )?;
+        let mut known = self.ports(&NODES);
+        known.push(port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &node in &known {
+            loop {
+                let text = cluster::ask(node, &["CLUSTER", "NODES"])?;
+                let settled = text.lines().count() == known.len()
+                    && !text.contains("handshake")
+                    && !text.contains("noaddr")
+                    && text.contains(&id);
+                if settled {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "node {name} not known by {node} within 10 s:\n{text}"
+                    ));
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for (what, value) in [("port", port.to_string()), ("id", id)] {
+            self.macros.push((format!("{NAME}_{name}_{what}"), value));
+        }
+        Ok(())
     }
 
     /// The slot map as `CLUSTER NODES` of `node` says it.
@@ -107,6 +162,7 @@ pub(crate) fn start_with(
     let so = support::vmod_so()?;
     let dir = support::trial_dir(name)?;
     let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    let (node_dir, node_extra) = (dir.clone(), extra.clone());
     let mut started: Vec<Redis> = Vec::new();
     let macros = cluster::start(&dir, NAME, &extra, &mut |node, args| {
         let sub = dir.join(node);
@@ -121,6 +177,8 @@ pub(crate) fn start_with(
     let nodes = Nodes {
         macros,
         _others: started,
+        dir: node_dir,
+        extra: node_extra,
     };
     let varnish = Varnish::start(&dir, &vcl(&so, seed.port, std::slice::from_ref(&db), name))?;
     let _ = http_get(varnish.port, "/db/stats");

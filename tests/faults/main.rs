@@ -135,6 +135,30 @@
 //!   0-99), direct writes following `MOVED`/`ASK`; slots 0-99 moved from
 //!   m0 to m1 at 2 s as s10 moves them. Topology trials: skipped by
 //!   `scripts/test --platform`.
+//! * `s13.near-cache-staleness.{scale-out,slot-takeover}.shared`
+//!   (`staleness_cluster.rs`): the cluster of s10 and the same load and
+//!   checks. `.scale-out`: the 16 keys of 4 slots of m0 absent at first
+//!   (their nil read and cached); at 2 s a new empty master m3 is met
+//!   (`CLUSTER MEET`) and given those slots as s10 moves them, then their
+//!   keys are written, directly only (following `MOVED`), on m3. `.slot-takeover`: at 2 s the writes
+//!   pause, m1 takes two slots of m0 the load uses without migrating
+//!   (`CLUSTER BUMPEPOCH`, `SETSLOT <slot> NODE <m1>`): m0 deletes their
+//!   keys with no invalidation, a reset of those keys for the checker
+//!   (until m0 holds none); the writes resume, on m1.
+//! * `s13.near-cache-staleness.{frozen-link,balanced,replica-lag}.shared`
+//!   (`staleness_links.rs`, the proxies of `proxy.rs`). `.frozen-link`:
+//!   the location is a proxy to Redis that stops forwarding, at 3 s for
+//!   3 s, only the tracking connection (found by `TRACKING` in what the
+//!   client sends), without closing it; also no hit while frozen (from
+//!   the bound + 100 ms on) and hits again 1 s after. `.balanced`: the one
+//!   location is a proxy spreading connections in turn over a master
+//!   and its replica, whose replication link goes through a proxy that
+//!   delays it 400 ms; `.replica-lag`: the same master and replica listed
+//!   as two servers. Both: 8 s, reads with `execute(false)`; a read of the
+//!   replica being as stale as the replica with or without a cache, each
+//!   write counts as acknowledged once a poll of the replica (every
+//!   10 ms) saw it: the bound is on how much staler than the replica a
+//!   read is.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -180,6 +204,7 @@ mod kill_restart;
 mod load;
 mod pool_exhaustion;
 mod procs;
+mod proxy;
 mod redis;
 mod replicated;
 #[allow(
@@ -194,7 +219,9 @@ mod servers;
 mod setup;
 mod soak;
 mod staleness;
+mod staleness_cluster;
 mod staleness_history;
+mod staleness_links;
 mod staleness_topologies;
 #[path = "../support/mod.rs"]
 mod support;
@@ -221,6 +248,8 @@ use servers::*;
 use setup::*;
 use soak::*;
 use staleness::*;
+use staleness_cluster::*;
+use staleness_links::*;
 use staleness_topologies::*;
 use std::collections::HashMap;
 use std::fs;
@@ -329,6 +358,26 @@ fn main() {
     trials.push(Trial::test(
         "s13.near-cache-staleness.resharding.shared",
         || s13_near_cache_staleness_resharding(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.scale-out.shared",
+        || s13_near_cache_staleness_scale_out(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.slot-takeover.shared",
+        || s13_near_cache_staleness_slot_takeover(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.balanced.shared",
+        || s13_near_cache_staleness_lagging(Mode::Shared, Lagging::Balanced),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.frozen-link.shared",
+        || s13_near_cache_staleness_frozen_link(Mode::Shared),
+    ));
+    trials.push(Trial::test(
+        "s13.near-cache-staleness.replica-lag.shared",
+        || s13_near_cache_staleness_lagging(Mode::Shared, Lagging::Listed),
     ));
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(

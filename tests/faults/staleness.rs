@@ -9,7 +9,8 @@
 //! logged with its start, end and value, every write with its start and
 //! acknowledgement; then each read is checked against the history.
 use super::staleness_history::{
-    check_history, checker_self_test, staleness_bound, History, Read, Reset, Write,
+    check_history, checker_self_test, key_set, staleness_bound, History, Read, Reset, Write,
+    ALL_KEYS,
 };
 use super::*;
 use std::sync::Mutex;
@@ -58,6 +59,12 @@ pub(crate) struct StaleTarget {
     pub(crate) read_path: fn(usize) -> &'static str,
     /// A direct writer, for each writer thread.
     pub(crate) direct: Box<dyn Fn() -> DirectWrite>,
+    /// Keys (indexes in `keys`) that do not exist when the load begins
+    /// (readers get nil) and are not written before
+    /// [`StaleLoad::write_absent`]; then only directly, as by clients of
+    /// another Varnish: a write through this one would tell it where the
+    /// key lives now (`MOVED`), which the cache must know without.
+    pub(crate) absent: Vec<usize>,
 }
 
 /// Direct writes to the Redis at `port` (whichever it is when written:
@@ -96,6 +103,10 @@ pub(crate) struct StaleLoad {
     paused: Arc<AtomicBool>,
     /// Writes in flight.
     writing: Arc<std::sync::atomic::AtomicUsize>,
+    /// The absent keys are written from now on.
+    absent_open: Arc<AtomicBool>,
+    /// Keys given version 0 before the load.
+    preloaded: usize,
     threads: Vec<thread::JoinHandle<()>>,
     port: u16,
     before: HashMap<&'static str, u64>,
@@ -104,15 +115,26 @@ pub(crate) struct StaleLoad {
 }
 
 impl StaleLoad {
-    /// Version 0 of every key (direct), then [`READERS`] readers and
-    /// [`WRITERS`] writers.
+    /// Version 0 of every key (direct) but the absent ones, then
+    /// [`READERS`] readers and [`WRITERS`] writers.
     pub(crate) fn start(target: StaleTarget) -> Res<StaleLoad> {
         let clock = Arc::new(Clock(Instant::now()));
         let history = Arc::new(Mutex::new(History::default()));
+        let absent = Arc::new(target.absent);
         {
             let mut direct = (target.direct)();
             let mut h = history.lock().unwrap();
+            if !absent.is_empty() {
+                h.resets.push(Reset {
+                    start: 0,
+                    end: 0,
+                    keys: key_set(&absent),
+                });
+            }
             for (key, name) in target.keys.iter().enumerate() {
+                if absent.contains(&key) {
+                    continue;
+                }
                 if !direct(name, "0") {
                     return Err(format!("SET fault:{name} 0 not acknowledged"));
                 }
@@ -131,6 +153,7 @@ impl StaleLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let paused = Arc::new(AtomicBool::new(false));
         let writing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let absent_open = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for r in 0..READERS {
             let (clock, history, stop, keys) =
@@ -148,6 +171,7 @@ impl StaleLoad {
             let (clock, history, stop, keys) =
                 (clock.clone(), history.clone(), stop.clone(), keys.clone());
             let (paused, writing) = (paused.clone(), writing.clone());
+            let (absent, absent_open) = (absent.clone(), absent_open.clone());
             let direct = (target.direct)();
             threads.push(
                 thread::Builder::new()
@@ -157,6 +181,8 @@ impl StaleLoad {
                             stop: &stop,
                             paused: &paused,
                             writing: &writing,
+                            absent: &absent,
+                            absent_open: &absent_open,
                         };
                         writer(port, direct, &keys, w, &clock, &history, &gate)
                     })
@@ -169,6 +195,8 @@ impl StaleLoad {
             stop,
             paused,
             writing,
+            absent_open,
+            preloaded: KEYS - absent.len(),
             threads,
             port,
             before,
@@ -190,11 +218,21 @@ impl StaleLoad {
 
     /// Every key emptied between `start` and `end` (µs of the clock).
     pub(crate) fn reset(&self, start: u64, end: u64) {
+        self.reset_keys(start, end, ALL_KEYS);
+    }
+
+    /// The keys of `keys` ([`key_set`]) emptied between `start` and `end`.
+    pub(crate) fn reset_keys(&self, start: u64, end: u64, keys: u64) {
         self.history
             .lock()
             .unwrap()
             .resets
-            .push(Reset { start, end });
+            .push(Reset { start, end, keys });
+    }
+
+    /// The absent keys are written from now on.
+    pub(crate) fn write_absent(&self) {
+        self.absent_open.store(true, Ordering::SeqCst);
     }
 
     /// No write begins from now on until [`StaleLoad::resume_writes`];
@@ -213,28 +251,41 @@ impl StaleLoad {
 
     /// Stops the load, judges every read against the history, and says
     /// it all in `s`. `all_answered`: every read must have got a reply.
-    pub(crate) fn finish(mut self, s: &mut Setup, all_answered: bool) -> Res<()> {
+    pub(crate) fn finish(self, s: &mut Setup, all_answered: bool) -> Res<()> {
+        self.finish_judged(s, all_answered, |_| {})
+    }
+
+    /// [`StaleLoad::finish`], the history first given to `judged_as`
+    /// (which may say when a write counts as acknowledged for readers
+    /// that may read a replica).
+    pub(crate) fn finish_judged(
+        mut self,
+        s: &mut Setup,
+        all_answered: bool,
+        judged_as: impl FnOnce(&mut History),
+    ) -> Res<()> {
         let secs = self.at();
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
         let (nc0, nc1) = (&self.before, near_cache_counters(self.port)?);
-        let history = std::mem::take(&mut *self.history.lock().unwrap());
+        let mut history = std::mem::take(&mut *self.history.lock().unwrap());
+        judged_as(&mut history);
         for e in &self.events {
             s.say(e);
         }
         let verdict = check_history(&history);
         let delta = |c: &str| nc1.get(c).copied().unwrap_or(0) - nc0.get(c).copied().unwrap_or(0);
         let hits = delta("hits");
-        // The preloaded version 0 of every key is not a write of the load.
-        let acked = history.writes.iter().filter(|w| w.acked).count() - KEYS;
+        // The preloaded version 0 of a key is not a write of the load.
+        let acked = history.writes.iter().filter(|w| w.acked).count() - self.preloaded;
         s.say(format!(
             "{READERS} readers, {WRITERS} writers, {KEYS} keys, {secs:.0} s: {} reads answered ({} not, {} bad status), {} writes ({acked} acknowledged), {} resets",
             history.reads.len(),
             history.unanswered,
             history.bad_status,
-            history.writes.len() - KEYS,
+            history.writes.len() - self.preloaded,
             history.resets.len()
         ));
         s.say(format!(
@@ -306,6 +357,7 @@ pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
         keys: key_names(),
         read_path: |_| "/db/get/",
         direct: direct_to(Arc::new(redis_port.into())),
+        absent: Vec::new(),
     })?;
     match event {
         StaleEvent::FlushAndKillTracking => {
@@ -427,10 +479,14 @@ struct Gate<'a> {
     paused: &'a AtomicBool,
     /// Writes in flight, for [`StaleLoad::pause_writes`].
     writing: &'a std::sync::atomic::AtomicUsize,
+    /// Keys not written until `absent_open`, then only directly.
+    absent: &'a [usize],
+    absent_open: &'a AtomicBool,
 }
 
 /// Writes the keys `w`, `w + WRITERS`... in turn, each a new version,
-/// one write in two through Varnish and the other directly.
+/// one write in two through Varnish and the other directly (the absent
+/// keys only directly, once they may be written).
 fn writer(
     port: u16,
     mut direct: DirectWrite,
@@ -454,10 +510,18 @@ fn writer(
         }
         let i = turn % keys.len();
         let key = keys[i];
+        let absent = gate.absent.contains(&key);
+        if absent && !gate.absent_open.load(Ordering::SeqCst) {
+            gate.writing.fetch_sub(1, Ordering::SeqCst);
+            turn += 1;
+            // Not a spin should a writer have absent keys only.
+            thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         versions[i] += 1;
         let version = versions[i];
         let start = clock.now();
-        let acked = if turn % 2 == 0 {
+        let acked = if turn % 2 == 0 || absent {
             direct(&names[key], &version.to_string())
         } else {
             let path = format!("/db/put/{}/{version}", names[key]);
@@ -523,7 +587,7 @@ fn kill_tracking_connections(port: u16) -> Res<usize> {
 }
 
 /// The near cache's counters (`/db/near-cache`).
-fn near_cache_counters(port: u16) -> Res<HashMap<&'static str, u64>> {
+pub(crate) fn near_cache_counters(port: u16) -> Res<HashMap<&'static str, u64>> {
     let resp = http_get(port, "/db/near-cache").map_err(|e| format!("/db/near-cache: {e}"))?;
     Ok(NEAR_CACHE_COUNTERS
         .iter()

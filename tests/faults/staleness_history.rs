@@ -23,11 +23,29 @@ pub(crate) struct Write {
     pub(crate) acked: bool,
 }
 
-/// Something that empties every key (`FLUSHALL`, a restart).
+/// Something that empties keys: every key (`FLUSHALL`, a restart), or
+/// those of a slot another node took over; keys never written before the
+/// load began are empty from its start.
 #[derive(Clone, Copy)]
 pub(crate) struct Reset {
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// The keys it empties, one bit each ([`ALL_KEYS`]: every key).
+    pub(crate) keys: u64,
+}
+
+/// [`Reset::keys`] of a reset of every key.
+pub(crate) const ALL_KEYS: u64 = u64::MAX;
+
+impl Reset {
+    pub(crate) fn covers(&self, key: usize) -> bool {
+        self.keys & (1 << key) != 0
+    }
+}
+
+/// The [`Reset::keys`] of `keys`.
+pub(crate) fn key_set(keys: &[usize]) -> u64 {
+    keys.iter().fold(0, |set, key| set | 1 << key)
 }
 
 #[derive(Clone, Copy)]
@@ -54,7 +72,7 @@ pub(crate) struct History {
 
 impl History {
     /// Every event, one a line, in time order: `W key version start end
-    /// acked`, `F start end` (a reset), `R key start end value`.
+    /// acked`, `F start end keys` (a reset, keys a bit mask), `R key start end value`.
     pub(crate) fn dump(&self) -> String {
         let mut lines: Vec<(u64, String)> = Vec::new();
         for w in &self.writes {
@@ -65,7 +83,7 @@ impl History {
             lines.push((w.start, line));
         }
         for r in &self.resets {
-            lines.push((r.start, format!("F {} {}", r.start, r.end)));
+            lines.push((r.start, format!("F {} {} {:x}", r.start, r.end, r.keys)));
         }
         for r in &self.reads {
             let value = r.value.map_or("nil".to_string(), |v| v.to_string());
@@ -74,6 +92,49 @@ impl History {
         }
         lines.sort_by_key(|l| l.0);
         lines.into_iter().map(|l| l.1 + "\n").collect()
+    }
+}
+
+/// What a replica held: one read of every key there (`MGET`), which
+/// ended `at` (µs of the load's clock); by key, the version held.
+pub(crate) struct ReplicaPoll {
+    pub(crate) at: u64,
+    pub(crate) versions: Vec<Option<u64>>,
+}
+
+impl History {
+    /// The history as readers of a lagging replica see it, given polls of
+    /// the replica in time order: a write is acknowledged, for them, once
+    /// the replica holds it or a later version of its key (replication
+    /// keeps a key's order), when the first poll that saw it ended; never
+    /// if none did. The checker then bounds how much staler than the
+    /// replica a read is, not than the master: later by at most a poll's
+    /// spacing and length, so looser by that much.
+    /// The replica held nothing when the load began (the keys' version
+    /// 0, written just before, reaches it later): a reset of every key
+    /// then, which those writes followed.
+    pub(crate) fn as_replica_held(&mut self, polls: &[ReplicaPoll]) {
+        self.resets.push(Reset {
+            start: 0,
+            end: 0,
+            keys: ALL_KEYS,
+        });
+        for w in self.writes.iter_mut().filter(|w| w.start == 0) {
+            w.start = 1;
+        }
+        for w in self.writes.iter_mut().filter(|w| w.acked) {
+            let seen = polls
+                .iter()
+                .find(|p| {
+                    p.versions
+                        .get(w.key)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|v| v >= w.version)
+                })
+                .map_or(u64::MAX, |p| p.at);
+            w.end = w.end.max(seen);
+        }
     }
 }
 
@@ -125,10 +186,10 @@ impl Verdict {
 }
 
 /// A value `v` of a key is overwritten when the first acknowledged write
-/// of a later version is, or a reset that began after `v`'s write ended
-/// (one that began before may have come first); nil is overwritten by
-/// the first acknowledged write that began after the last reset that
-/// began before the read ended. A read is stale by how long before its
+/// of a later version is, or a reset of the key that began after `v`'s
+/// write ended (one that began before may have come first); nil is
+/// overwritten by the first acknowledged write that began after the last
+/// reset of the key that began before the read ended. A read is stale by how long before its
 /// start that was.
 pub(crate) fn check_history(h: &History) -> Verdict {
     let mut by_key: Vec<Vec<Write>> = vec![Vec::new(); KEYS];
@@ -170,7 +231,7 @@ pub(crate) fn check_history(h: &History) -> Verdict {
                 let by_reset = h
                     .resets
                     .iter()
-                    .filter(|r| r.start > write.end)
+                    .filter(|r| r.covers(read.key) && r.start > write.end)
                     .map(|r| r.end)
                     .min();
                 by_write.into_iter().chain(by_reset).min()
@@ -179,7 +240,7 @@ pub(crate) fn check_history(h: &History) -> Verdict {
                 let Some(reset) = h
                     .resets
                     .iter()
-                    .filter(|r| r.start < read.end)
+                    .filter(|r| r.covers(read.key) && r.start < read.end)
                     .max_by_key(|r| r.end)
                 else {
                     verdict.failures.push(format!(
@@ -255,11 +316,27 @@ pub(crate) fn checker_self_test() -> Res<()> {
                 ..write(3, 1, 9 * ms, 10 * ms)
             },
             write(3, 2, 11 * ms, 12 * ms),
+            write(4, 0, 0, 0),
+            write(5, 1, 15 * ms, 16 * ms),
         ],
-        resets: vec![Reset {
-            start: 5 * ms,
-            end: 6 * ms,
-        }],
+        resets: vec![
+            Reset {
+                start: 5 * ms,
+                end: 6 * ms,
+                keys: ALL_KEYS,
+            },
+            // Key 4's slot taken over; key 5 absent from the start.
+            Reset {
+                start: 13 * ms,
+                end: 14 * ms,
+                keys: key_set(&[4]),
+            },
+            Reset {
+                start: 0,
+                end: 0,
+                keys: key_set(&[5]),
+            },
+        ],
         reads: vec![
             // Stale: past the bound after version 1 was acknowledged.
             read(0, 2 * ms + over, Some(0)),
@@ -280,19 +357,53 @@ pub(crate) fn checker_self_test() -> Res<()> {
             read(3, ms, Some(7)),
             // Not acknowledged: may have come after version 2.
             read(3, 12 * ms + over, Some(1)),
+            // Stale: key 4 emptied; key 3 was not.
+            read(4, 14 * ms + over, Some(0)),
+            read(4, 14 * ms + over, None),
+            read(3, 14 * ms + over, Some(2)),
+            // Absent from the start, then stale once version 1 is there.
+            read(5, ms, None),
+            read(5, 16 * ms + over, None),
         ],
         unanswered: 0,
         bad_status: 0,
     };
     let verdict = check_history(&history);
-    if verdict.failures.len() == 5 && verdict.unjudged == 1 {
-        Ok(())
-    } else {
-        Err(format!(
-            "the staleness checker flags {} reads of a made-up history, not 5, and leaves {} unjudged, not 1: {:?}",
+    if verdict.failures.len() != 7 || verdict.unjudged != 1 {
+        return Err(format!(
+            "the staleness checker flags {} reads of a made-up history, not 7, and leaves {} unjudged, not 1: {:?}",
             verdict.failures.len(),
             verdict.unjudged,
             verdict.failures
-        ))
+        ));
     }
+    // Judged against a replica that got version 1 `over` late: a read of
+    // version 0 then is not stale, one `over` later is.
+    let mut lagging = History {
+        writes: vec![write(0, 0, 0, 0), write(0, 1, ms, 2 * ms)],
+        reads: vec![
+            read(0, 2 * ms + over, Some(0)),
+            read(0, 2 * ms + 2 * over + ms, Some(0)),
+        ],
+        ..History::default()
+    };
+    let polls = [
+        ReplicaPoll {
+            at: 0,
+            versions: vec![Some(0)],
+        },
+        ReplicaPoll {
+            at: 2 * ms + over,
+            versions: vec![Some(1)],
+        },
+    ];
+    let before = check_history(&lagging).failures.len();
+    lagging.as_replica_held(&polls);
+    let after = check_history(&lagging).failures.len();
+    if (before, after) != (2, 1) {
+        return Err(format!(
+            "the staleness checker flags {before} and {after} reads of a lagging replica's made-up history, before and after as_replica_held, not 2 and 1"
+        ));
+    }
+    Ok(())
 }

@@ -15,7 +15,7 @@ const SWITCH_BOUND: Duration = Duration::from_secs(10);
 const RESHARD_AT: f64 = 2.0;
 
 /// `GET` calls a server answered (`INFO commandstats`).
-fn gets(port: u16) -> u64 {
+pub(crate) fn gets(port: u16) -> u64 {
     let info = redis_cmd(port, None, &["INFO", "commandstats"]).unwrap_or_default();
     info.lines()
         .find_map(|l| {
@@ -79,6 +79,7 @@ pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed>
         keys: key_names(),
         read_path: |_| "/db/rget/",
         direct: direct_to(Arc::new(master_port.into())),
+        absent: Vec::new(),
     })?;
     load.sleep_until(DURATION);
     let (on_master, on_replica) = (gets(master_port) - on_master, gets(replica) - on_replica);
@@ -121,6 +122,7 @@ pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed
         keys: key_names(),
         read_path: |r| if r % 2 == 0 { "/db/get/" } else { "/db/rget/" },
         direct: direct_to(direct_port.clone()),
+        absent: Vec::new(),
     })?;
     load.sleep_until(FAILOVER_AT);
     load.pause_writes();
@@ -176,7 +178,7 @@ pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed
 
 /// Direct writes to a cluster, from `seed`, following `MOVED` and `ASK`
 /// (a connection per write).
-fn cluster_direct(seed: u16) -> Box<dyn Fn() -> DirectWrite> {
+pub(crate) fn cluster_direct(seed: u16) -> Box<dyn Fn() -> DirectWrite> {
     Box::new(move || {
         Box::new(move |key, value| {
             let name = format!("fault:{key}");
@@ -236,6 +238,7 @@ pub(crate) fn s13_near_cache_staleness_resharding(mode: Mode) -> Result<(), Fail
         keys,
         read_path: |_| "/db/get/",
         direct: cluster_direct(m0),
+        absent: Vec::new(),
     })?;
     load.sleep_until(RESHARD_AT);
     let started = load.at();

@@ -134,14 +134,9 @@ fn endpoint(args: &[String]) -> &str {
 /// The caller owns the process (and stops it by PID).
 pub type StartNode<'a> = dyn FnMut(&str, &[String]) -> Result<(u16, u32), String> + 'a;
 
-/// Starts and forms the cluster `name` on 127.0.0.1, each node started by
-/// `start_node`; returns its macros (see the module's documentation).
-pub fn start(
-    dir: &Path,
-    name: &str,
-    extra: &[String],
-    start_node: &mut StartNode<'_>,
-) -> Result<Vec<(String, String)>, String> {
+/// The options of every node of the cluster, `extra` last (a node added
+/// later gets the same).
+pub fn node_args(extra: &[String]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--cluster-enabled",
         "yes",
@@ -159,6 +154,18 @@ pub fn start(
     .map(|a| a.to_string())
     .collect();
     args.extend(extra.iter().cloned());
+    args
+}
+
+/// Starts and forms the cluster `name` on 127.0.0.1, each node started by
+/// `start_node`; returns its macros (see the module's documentation).
+pub fn start(
+    dir: &Path,
+    name: &str,
+    extra: &[String],
+    start_node: &mut StartNode<'_>,
+) -> Result<Vec<(String, String)>, String> {
+    let args = node_args(extra);
     let names = node_names(name);
     let mut ports = Vec::new();
     let mut pids = Vec::new();
