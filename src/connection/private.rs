@@ -57,7 +57,7 @@ pub struct PrivateConnections {
 }
 
 /// Retired servers remembered at most ([`PrivateConnections::retire`]).
-const MAX_RETIRED: usize = 256;
+pub(crate) const MAX_RETIRED: usize = 256;
 
 /// The servers retired, and a generation moved at each change.
 #[derive(Default)]

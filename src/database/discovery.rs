@@ -559,6 +559,11 @@ mod tests {
         ])
     }
 
+    /// A `CLUSTER SLOTS` range served by `master` alone.
+    fn range(start: i64, end: i64, master: Reply) -> Reply {
+        Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
+    }
+
     /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
     /// `MOVED`) is one server: same id, no new one counted.
     #[test]
@@ -572,9 +577,6 @@ mod tests {
             let topology = db.topology();
             let servers = topology.servers.iter();
             servers.map(|s| (s.location().to_string(), s.id)).collect()
-        };
-        let range = |start, end, master| {
-            Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
         };
         let reply = Reply::Array(vec![
             range(0, 8191, node("0:0:0:0:0:0:0:1", 7000)),
@@ -606,9 +608,6 @@ mod tests {
     #[test]
     fn learnt_servers_are_bounded_and_dropped_by_the_next_map() {
         let db = cluster_db();
-        let range = |start, end, master| {
-            Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
-        };
         let reply = Reply::Array(vec![
             range(0, 8191, node("::1", 7000)),
             range(8192, 16383, node("::1", 7001)),

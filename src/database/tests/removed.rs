@@ -199,3 +199,24 @@ fn a_learnt_server_past_the_bound_is_dropped_and_its_private_connections_closed(
     ping_the_map_node(&db);
     assert_eq!(clients_settle_at(&learnt.0, 0), 0);
 }
+
+/// The retired servers remembered are the last `MAX_RETIRED`: a cluster's
+/// servers get a new id each time they come, and every worker copies the
+/// list. The oldest one forgotten is kept again; the newest still not.
+#[test]
+fn the_oldest_retired_server_is_forgotten_past_the_bound() {
+    use crate::connection::private::MAX_RETIRED;
+
+    let redis = RedisProcess::start(&[]);
+    let connector = database(&redis, |_| {}).connector(&redis.location().parse().unwrap());
+    let connect = || connector.connect(&Stats::default()).unwrap();
+    let lists = PrivateConnections::default();
+    let owner = |server| Owner { db: 1, server };
+    for server in 0..=MAX_RETIRED as u32 {
+        lists.retire(owner(server));
+    }
+    lists.give_back(owner(0), Weak::new(), connect(), 4);
+    assert!(lists.take(owner(0)).is_some(), "forgotten");
+    lists.give_back(owner(MAX_RETIRED as u32), Weak::new(), connect(), 4);
+    assert!(lists.take(owner(MAX_RETIRED as u32)).is_none());
+}
