@@ -56,6 +56,9 @@ pub struct PrivateConnections {
     retired: Retired,
 }
 
+/// Retired servers remembered at most ([`PrivateConnections::retire`]).
+pub(crate) const MAX_RETIRED: usize = 256;
+
 /// The servers retired, and a generation moved at each change.
 #[derive(Default)]
 struct Retired {
@@ -131,10 +134,17 @@ impl PrivateConnections {
     }
 
     /// Retires `owner` (its server left its database for good): every
-    /// worker closes its idle connection to it at its next lease.
+    /// worker closes its idle connection to it at its next lease. The
+    /// list keeps the last [`MAX_RETIRED`]: a cluster's servers get a new
+    /// id each time they come (redirection targets, nodes that come and
+    /// go), and each worker copies the list. One forgotten is only kept
+    /// until the thread's budget or VCL cold closes it.
     pub(crate) fn retire(&self, owner: Owner) {
         let mut owners = self.retired.owners.lock();
         if !owners.contains(&owner) {
+            if owners.len() >= MAX_RETIRED {
+                owners.remove(0);
+            }
             owners.push(owner);
             self.retired.generation.fetch_add(1, Ordering::AcqRel);
         }

@@ -187,8 +187,15 @@ impl Database {
                 }
                 // A MOVED to where the map already puts the slot (the
                 // command was routed by another argument than its key, or
-                // a write went to a replica) says nothing new.
-                if !ask && !refreshed && !map_agrees(&topology, moved_slot, &to) {
+                // a write went to a replica) says nothing new. An ASK to
+                // a node the map does not name: a node joined since it
+                // was read (else the target stays learnt, bounded, until
+                // a discovery drops it).
+                let stale = match ask {
+                    false => !map_agrees(&topology, moved_slot, &to),
+                    true => !map_names(&topology, &to),
+                };
+                if stale && !refreshed {
                     refreshed = true;
                     self.refresh_slots(cluster, seen, x);
                     seen = cluster.generation();
@@ -283,6 +290,17 @@ fn map_agrees(topology: &Topology, slot: u16, node: &Node) -> bool {
     let shard = topology.slots.as_ref().and_then(|map| map.shard_of(slot));
     let master = shard.and_then(|shard| topology.servers.get(shard.master));
     master.is_some_and(|master| node.as_ref() == Ok(master.location()))
+}
+
+/// Whether `topology`'s map names `node`, in any shard and role.
+fn map_names(topology: &Topology, node: &Node) -> bool {
+    let Some(slots) = &topology.slots else {
+        return false;
+    };
+    slots.nodes().any(|&index| {
+        let server = topology.servers.get(index);
+        server.is_some_and(|server| node.as_ref() == Ok(server.location()))
+    })
 }
 
 /// The node for a command on `slot` (`None`: no key) on attempt `attempt`
@@ -500,6 +518,20 @@ mod tests {
             0,
             &Ok("127.0.0.1:7000".parse().unwrap())
         ));
+    }
+
+    #[test]
+    fn the_map_names_its_masters_and_replicas_only() {
+        let mut topology = topology();
+        let named = |topology: &Topology, at: &str| map_names(topology, &Ok(at.parse().unwrap()));
+        assert!(named(&topology, "127.0.0.1:7000"));
+        assert!(named(&topology, "127.0.0.1:7003"));
+        assert!(!named(&topology, "127.0.0.1:7004"));
+        // A server learnt from a redirection is no node of the map.
+        topology.servers.push(server(4, 7004, Role::Master));
+        assert!(!named(&topology, "127.0.0.1:7004"));
+        topology.slots = None;
+        assert!(!named(&topology, "127.0.0.1:7000"));
     }
 
     #[test]

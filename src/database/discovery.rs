@@ -3,8 +3,9 @@
 //! is first read in `vcl_init`, from each seed declared while none gave
 //! one yet ([`Database::discover_at_load`]). At run time a discovery runs
 //! when a command needs the map (none could be read at load), and again
-//! after a `MOVED` that the map does not agree with or a failed attempt:
-//! at most once per
+//! after a `MOVED` that the map does not agree with, an `ASK` to a node it
+//! does not name, or a failed attempt (once per command at most): at most
+//! once per
 //! [`DISCOVERY_INTERVAL`], whatever asks for it, and once per change:
 //! workers that see the same change while another one is already at it
 //! (or has done it since) do not start one. Without a map (none could be
@@ -148,7 +149,8 @@ impl Database {
         })
     }
 
-    /// After a `MOVED` the map does not agree with, or a failed attempt,
+    /// After a `MOVED` the map does not agree with, an `ASK` to a node it
+    /// does not name, or a failed attempt,
     /// on the map of generation `seen`: a discovery, unless one is running
     /// or ran since, or the last one ended less than
     /// [`DISCOVERY_INTERVAL`] ago. Never waits.
@@ -381,9 +383,11 @@ impl Database {
     /// Makes the nodes of `map` the servers of the database: a node
     /// already known keeps its id, health and pool (its role follows the
     /// map), new nodes are added (`servers.total`), and servers the map
-    /// leaves out are dropped with their pools once no worker holds them.
+    /// leaves out (nodes that left it, targets learnt from redirections)
+    /// are dropped: their pools once no worker holds them, the idle
+    /// private connections to them at each worker's next lease.
     /// (Sets and maps throughout: a map names up to `MAX_MAP_NODES`.)
-    fn apply_slots(&self, map: SlotMap<Node>) {
+    pub(super) fn apply_slots(&self, map: SlotMap<Node>) {
         let mut nodes: Vec<&Node> = Vec::new();
         let mut seen: HashSet<&Node> = HashSet::new();
         for node in map.nodes() {
@@ -418,6 +422,10 @@ impl Database {
                 kept.insert(location, servers.len());
                 servers.push(server);
             }
+            let ids: HashSet<u32> = servers.iter().map(|server| server.id).collect();
+            for dropped in current.servers.iter().filter(|s| !ids.contains(&s.id)) {
+                self.private.retire(self.owner(dropped.id));
+            }
             let index = |node: Node| node.ok().and_then(|at| kept.get(&at).copied());
             let slots = map.clone().map(|node| index(node).unwrap_or(usize::MAX));
             Some(Topology {
@@ -435,8 +443,12 @@ impl Database {
     }
 
     /// The server at `node`, a redirection's target: known, or added now
-    /// (a node the map did not list yet; the next discovery keeps or drops
-    /// it). None for a node no location can be made of.
+    /// (a node the map does not name yet) as a learnt server. At most
+    /// [`MAX_LEARNT`] are kept: the oldest goes for a new one (a peer
+    /// that redirects to ever new addresses must not grow the servers,
+    /// their connections and near cache tracking without bound); the
+    /// next discovery drops those its map does not name. None for a node
+    /// no location can be made of.
     pub(super) fn cluster_node(&self, node: &Node) -> Option<Arc<Server>> {
         let location = node.as_ref().ok()?;
         if let Some(server) = self.topology().by_location(location) {
@@ -451,15 +463,57 @@ impl Database {
             // Redirections point at masters.
             let server = self.new_node(location, Role::Master);
             found = Some(server.clone());
-            let mut servers = current.servers.clone();
-            servers.push(server);
-            Some(Topology {
-                servers,
+            let mut next = Topology {
+                servers: current.servers.clone(),
                 slots: current.slots.clone(),
-            })
+            };
+            let learnt = learnt(current);
+            if learnt.len() >= MAX_LEARNT {
+                let oldest = learnt[0];
+                let evicted = next.servers.remove(oldest);
+                self.private.retire(self.owner(evicted.id));
+                next.slots = next.slots.map(|slots| shifted(slots, oldest));
+            }
+            next.servers.push(server);
+            Some(next)
         });
         found
     }
+}
+
+/// Servers learnt from redirections kept at most (besides the nodes the
+/// map names): enough for the nodes a resharding or a scale-out sends
+/// to before the next discovery names them.
+pub(super) const MAX_LEARNT: usize = 16;
+
+/// The indexes of `topology`'s servers its map does not name (targets of
+/// redirections, seeds declared after the map was read), oldest first.
+pub(super) fn learnt(topology: &Topology) -> Vec<usize> {
+    let Some(slots) = &topology.slots else {
+        return Vec::new();
+    };
+    let named: HashSet<usize> = slots.nodes().copied().collect();
+    (0..topology.servers.len())
+        .filter(|index| !named.contains(index))
+        .collect()
+}
+
+/// `slots` once the server at `removed`, which it does not name, is
+/// gone: the indexes past it one less. (Learnt servers come after those
+/// the map names, so this is the map as it was.)
+fn shifted(slots: Arc<SlotMap<usize>>, removed: usize) -> Arc<SlotMap<usize>> {
+    if slots
+        .nodes()
+        .all(|&index| index < removed || index == usize::MAX)
+    {
+        return slots;
+    }
+    let shift = |index: usize| match index {
+        usize::MAX => index,
+        index if index > removed => index - 1,
+        index => index,
+    };
+    Arc::new(SlotMap::clone(&slots).map(shift))
 }
 
 /// Private connections on a cluster with fewer `max_connections` than
@@ -505,6 +559,11 @@ mod tests {
         ])
     }
 
+    /// A `CLUSTER SLOTS` range served by `master` alone.
+    fn range(start: i64, end: i64, master: Reply) -> Reply {
+        Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
+    }
+
     /// One node written several ways (by the VCL, `CLUSTER SLOTS`, a
     /// `MOVED`) is one server: same id, no new one counted.
     #[test]
@@ -518,9 +577,6 @@ mod tests {
             let topology = db.topology();
             let servers = topology.servers.iter();
             servers.map(|s| (s.location().to_string(), s.id)).collect()
-        };
-        let range = |start, end, master| {
-            Reply::Array(vec![Reply::Integer(start), Reply::Integer(end), master])
         };
         let reply = Reply::Array(vec![
             range(0, 8191, node("0:0:0:0:0:0:0:1", 7000)),
@@ -544,6 +600,75 @@ mod tests {
         assert_eq!(db.cluster_node(&to).unwrap().id, before[1].1);
         assert_eq!(ids(&db), before);
         assert_eq!(db.stats().get(Counter::ServersTotal), 2);
+    }
+
+    /// Redirections to ever new addresses: the map's nodes stay, with
+    /// the slots they serve, and the newest [`MAX_LEARNT`] targets beside
+    /// them; the next map read drops those it does not name.
+    #[test]
+    fn learnt_servers_are_bounded_and_dropped_by_the_next_map() {
+        let db = cluster_db();
+        let reply = Reply::Array(vec![
+            range(0, 8191, node("::1", 7000)),
+            range(8192, 16383, node("::1", 7001)),
+        ]);
+        db.apply_slots(parse_slots(&reply, "::1").unwrap());
+        let targets: Vec<Location> = (0..100)
+            .map(|n| format!("[::1]:{}", 8000 + n).parse().unwrap())
+            .collect();
+        for target in &targets {
+            let server = db.cluster_node(&Ok(target.clone())).unwrap();
+            assert_eq!(server.location(), target);
+        }
+        let topology = db.topology();
+        let located: Vec<String> = topology
+            .servers
+            .iter()
+            .map(|s| s.location().to_string())
+            .collect();
+        let newest = targets[100 - MAX_LEARNT..].iter().map(|t| t.to_string());
+        let want: Vec<String> = ["[::1]:7000".to_string(), "[::1]:7001".to_string()]
+            .into_iter()
+            .chain(newest)
+            .collect();
+        assert_eq!(located, want);
+        let master_of = |slot| {
+            let shard = topology.slots.as_ref().unwrap().shard_of(slot).unwrap();
+            topology.servers[shard.master].location().to_string()
+        };
+        assert_eq!(master_of(0), "[::1]:7000");
+        assert_eq!(master_of(16383), "[::1]:7001");
+        assert_eq!(learnt(&topology), (2..2 + MAX_LEARNT).collect::<Vec<_>>());
+        // Each server made is counted, as the C VMOD counts every
+        // redirection target it adds.
+        assert_eq!(db.stats().get(Counter::ServersTotal), 2 + 100);
+        db.apply_slots(parse_slots(&reply, "::1").unwrap());
+        assert_eq!(db.topology().servers.len(), 2);
+        assert!(learnt(&db.topology()).is_empty());
+    }
+
+    /// A learnt server dropped from the middle of the servers: the map's
+    /// indexes past it follow.
+    #[test]
+    fn a_map_naming_servers_past_the_one_removed_is_shifted() {
+        let reply = Reply::Array(vec![Reply::Array(vec![
+            Reply::Integer(0),
+            Reply::Integer(16383),
+            node("::1", 7000),
+            node("::1", 7002),
+            node("::1", 7003),
+        ])]);
+        // 7003 has no server.
+        let index = |node: Node| match node.unwrap().to_string().as_str() {
+            "[::1]:7000" => 0,
+            "[::1]:7002" => 2,
+            _ => usize::MAX,
+        };
+        let same = Arc::new(parse_slots(&reply, "::1").unwrap().map(index));
+        assert!(Arc::ptr_eq(&shifted(same.clone(), 3), &same));
+        let moved = shifted(same, 1);
+        assert_eq!(moved.shards[0].master, 0);
+        assert_eq!(moved.shards[0].replicas, [1, usize::MAX]);
     }
 
     /// A node whose host `Location` refuses gets no server: its slots have

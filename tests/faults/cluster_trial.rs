@@ -196,9 +196,9 @@ pub(crate) fn start_with(
     Ok((s, nodes, db))
 }
 
-/// CRC16-CCITT (XMODEM), bit by bit: only for choosing tags, each checked
-/// against the server's `CLUSTER KEYSLOT`.
-fn crc16(data: &[u8]) -> u16 {
+/// CRC16-CCITT (XMODEM), bit by bit: for choosing tags, each checked
+/// against the server's `CLUSTER KEYSLOT`, and the slot a fake node names.
+pub(crate) fn crc16(data: &[u8]) -> u16 {
     let mut crc = 0u16;
     for &byte in data {
         crc ^= u16::from(byte) << 8;

@@ -4,6 +4,8 @@ use super::*;
 pub(crate) struct Response {
     pub(crate) status: u16,
     pub(crate) headers: HashMap<String, String>,
+    /// Lossy UTF-8.
+    pub(crate) body: String,
 }
 
 /// Reads one HTTP/1.1 response (Content-Length bodies only: Varnish's
@@ -36,10 +38,14 @@ pub(crate) fn read_response(reader: &mut BufReader<TcpStream>) -> io::Result<Res
         .get("content-length")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    // The body is read (the connection is kept) but not looked at.
     let mut body = vec![0; len];
     reader.read_exact(&mut body)?;
-    Ok(Response { status, headers })
+    let body = String::from_utf8_lossy(&body).into_owned();
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 pub(crate) fn request(reader: &mut BufReader<TcpStream>, path: &str) -> io::Result<Response> {

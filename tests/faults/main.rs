@@ -159,6 +159,15 @@
 //!   write counts as acknowledged once a poll of the replica (every
 //!   10 ms) saw it: the bound is on how much staler than the replica a
 //!   read is.
+//! * `s14.ask-storm.{private,shared}` (`ask_storm.rs`): a fake cluster
+//!   node owns every slot and answers each `GET` with an `ASK` to a new
+//!   address (200 fake nodes that answer as an empty Redis, tracking
+//!   included); `near_cache` on, 200 `GET`s over about 4 s: the servers
+//!   the database holds stay within the map's plus the 16 learnt ones,
+//!   the child's threads and fds within that many (tracking connections)
+//!   of before, every `ASK` counted, 2 to one a second of discoveries
+//!   (an `ASK` to a node the map does not name asks for the map). Says
+//!   the connects a second to the fake nodes, during the storm and after.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -192,6 +201,7 @@
 //!   found there, the module is built against the Varnish pkg-config finds:
 //!   `bash scripts/varnish 8.0 cargo test --test faults` runs on Varnish 8.0.
 
+mod ask_storm;
 #[path = "../support/cluster.rs"]
 mod cluster;
 mod cluster_failover;
@@ -229,6 +239,7 @@ mod varnish;
 mod vcl;
 mod vcl_churn;
 
+use ask_storm::*;
 use cluster_failover::*;
 use cluster_resharding::*;
 use cluster_trial::*;
@@ -379,6 +390,12 @@ fn main() {
         "s13.near-cache-staleness.replica-lag.shared",
         || s13_near_cache_staleness_lagging(Mode::Shared, Lagging::Listed),
     ));
+    for mode in [Mode::Private, Mode::Shared] {
+        trials.push(Trial::test(
+            format!("s14.ask-storm.{}", mode.name()),
+            move || s14_ask_storm(mode),
+        ));
+    }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
     trials.push(
         Trial::test(format!("s6.vcl-churn.{churn_long}"), move || {

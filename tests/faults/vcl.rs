@@ -120,6 +120,10 @@ sub vcl_synth {
             }}
 "#
         );
+        // `server_list` (extended stats): the servers the database holds.
+        v.push_str(&format!(
+            "    if (req.url == \"/{n}/server-list\") {{\n        synthetic({n}.stats(extended = true));\n        return (deliver);\n    }}\n"
+        ));
         v.push_str(&format!("    if (req.url ~ \"^/{n}/stats\") {{\n"));
         for c in COUNTERS {
             v.push_str(&format!(

@@ -109,3 +109,114 @@ fn a_connection_given_back_to_a_retired_server_is_closed() {
     lists.give_back(owner, Weak::new(), connect(), 4);
     assert!(lists.take(owner).is_some());
 }
+
+/// A redis-server on a TCP port too (a cluster node is never a UNIX
+/// socket), and that address.
+fn on_tcp() -> (RedisProcess, Location) {
+    let port = crate::testing::free_port();
+    let redis = RedisProcess::start(&["--port", &port]);
+    (redis, format!("127.0.0.1:{port}").parse().unwrap())
+}
+
+/// A cluster database (private connections) whose map gives every slot
+/// to `node`, and a server learnt from a redirection to `learnt`, to
+/// which this thread holds an idle connection.
+fn cluster_with_learnt(node: &Location, learnt: &(RedisProcess, Location)) -> Database {
+    let seed = node.to_string();
+    let args = DbArgs {
+        location: &seed,
+        role: "cluster",
+        shared_connections: false,
+        max_connections: 4,
+        ..DbArgs::default()
+    };
+    // The plain server refuses CLUSTER SLOTS at load: the map is given.
+    let db = Database::new("c", DbConfig::from_args(&args).unwrap()).unwrap();
+    apply_map_of(&db, node);
+    let target = db.cluster_node(&Ok(learnt.1.clone())).expect("a server");
+    ping(&db, &target);
+    assert_eq!(clients_settle_at(&learnt.0, 1), 1);
+    db
+}
+
+/// A discovery's map: every slot on `node`.
+fn apply_map_of(db: &Database, node: &Location) {
+    let Location::Tcp { host, port } = node else {
+        panic!("a TCP location");
+    };
+    let reply = Reply::Array(vec![Reply::Array(vec![
+        Reply::Integer(0),
+        Reply::Integer(16383),
+        Reply::Array(vec![
+            Reply::String(host.as_bytes().to_vec()),
+            Reply::Integer(i64::from(*port)),
+        ]),
+    ])]);
+    db.apply_slots(crate::cluster::parse_slots(&reply, host).unwrap());
+}
+
+/// A `PING` to `server` on a leased connection, given back after.
+fn ping(db: &Database, server: &Server) {
+    let timeout = Some(Duration::from_secs(2));
+    let mut lease = db.lease(server, false, None, timeout).expect("a lease");
+    let reply = lease.request(b"*1\r\n$4\r\nPING\r\n", timeout);
+    assert_eq!(reply.expect("PONG"), Reply::Status("PONG".into()));
+}
+
+/// The slot map's one node, leased: this thread catches up with the
+/// retirements.
+fn ping_the_map_node(db: &Database) {
+    let topology = db.topology();
+    ping(db, &topology.servers[0]);
+}
+
+#[test]
+fn a_discovery_drops_a_learnt_server_and_closes_its_private_connections() {
+    let (_node, at) = on_tcp();
+    let learnt = on_tcp();
+    let db = cluster_with_learnt(&at, &learnt);
+    assert_eq!(db.topology().servers.len(), 2);
+    // The map read again, which does not name it.
+    apply_map_of(&db, &at);
+    assert_eq!(db.topology().servers.len(), 1);
+    ping_the_map_node(&db);
+    assert_eq!(clients_settle_at(&learnt.0, 0), 0);
+}
+
+#[test]
+fn a_learnt_server_past_the_bound_is_dropped_and_its_private_connections_closed() {
+    let (_node, at) = on_tcp();
+    let learnt = on_tcp();
+    let db = cluster_with_learnt(&at, &learnt);
+    // Targets never contacted: only learnt.
+    for port in 1..=super::discovery::MAX_LEARNT as u16 {
+        let to = format!("127.0.0.1:{port}").parse().unwrap();
+        db.cluster_node(&Ok(to)).expect("a server");
+    }
+    let topology = db.topology();
+    assert_eq!(topology.servers.len(), 1 + super::discovery::MAX_LEARNT);
+    assert!(topology.by_location(&learnt.1).is_none(), "the oldest went");
+    ping_the_map_node(&db);
+    assert_eq!(clients_settle_at(&learnt.0, 0), 0);
+}
+
+/// The retired servers remembered are the last `MAX_RETIRED`: a cluster's
+/// servers get a new id each time they come, and every worker copies the
+/// list. The oldest one forgotten is kept again; the newest still not.
+#[test]
+fn the_oldest_retired_server_is_forgotten_past_the_bound() {
+    use crate::connection::private::MAX_RETIRED;
+
+    let redis = RedisProcess::start(&[]);
+    let connector = database(&redis, |_| {}).connector(&redis.location().parse().unwrap());
+    let connect = || connector.connect(&Stats::default()).unwrap();
+    let lists = PrivateConnections::default();
+    let owner = |server| Owner { db: 1, server };
+    for server in 0..=MAX_RETIRED as u32 {
+        lists.retire(owner(server));
+    }
+    lists.give_back(owner(0), Weak::new(), connect(), 4);
+    assert!(lists.take(owner(0)).is_some(), "forgotten");
+    lists.give_back(owner(MAX_RETIRED as u32), Weak::new(), connect(), 4);
+    assert!(lists.take(owner(MAX_RETIRED as u32)).is_none());
+}
