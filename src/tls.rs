@@ -2,8 +2,9 @@
 //! read and checked once, at `vcl.load`, into a rustls client
 //! configuration that every connection of the database shares.
 //!
-//! - `tls_cafile` (a PEM file) and `tls_capath` (a directory of PEM files)
-//!   give the CA certificates that verify the server; with neither, the
+//! - `tls_cafile` (a PEM file) and `tls_capath` (a directory of PEM files
+//!   under hashed names, as `openssl rehash` makes them) give the CA
+//!   certificates that verify the server; with neither, the
 //!   system's roots are used (Debian: /etc/ssl/certs, `ca-certificates`).
 //! - `tls_certfile` + `tls_keyfile`: the client certificate (chain) and its
 //!   key, both or neither; the key must match the certificate.
@@ -201,22 +202,15 @@ fn roots(args: &TlsArgs) -> Result<(RootCertStore, Vec<CertificateDer<'static>>)
             path: dir.into(),
             reason,
         };
-        let mut files: Vec<PathBuf> = fs::read_dir(dir)
-            .map_err(|e| file_error(io_reason(&e)))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect();
-        files.sort();
-        // Like OpenSSL's CApath: files that hold no usable certificate
-        // are skipped.
+        // As OpenSSL's CApath: only hashed names (see anchor.rs).
         let before = cas.len();
-        for file in &files {
-            if let Ok(certs) = certificates("tls_capath", file) {
-                let _ = add_cas(&mut store, &mut cas, certs);
-            }
+        for cert in anchor::hashed_certificates(dir).map_err(file_error)? {
+            let _ = add_cas(&mut store, &mut cas, vec![cert]);
         }
         if cas.len() == before {
-            return Err(file_error("no PEM CA certificate in the directory".into()));
+            return Err(file_error(
+                "no usable CA certificate in the directory".into(),
+            ));
         }
     }
     Ok((store, cas))

@@ -1,35 +1,45 @@
 //! Reading a server's own command table, and sharing it.
 //!
-//! Models are process-wide, one per server version (`redis 7.0.15`,
-//! `valkey 8.1.1`): the table is the same for every server of one version,
-//! so a cluster's nodes, the servers of several databases and every VCL
-//! reload share one read of `COMMAND` (about 90 KB on Redis 7.0). Each
-//! database points at the model of the server it last learnt; its
-//! servers are normally one version, and during a rolling upgrade the
-//! commands both versions know mean the same. (Modules: a server's module
-//! commands reach the model of its version; a server of that version
-//! without the module gets "unknown command" for them anyway.)
+//! A model is the table one server gave in its `COMMAND` reply, and is
+//! used only by the databases that read that table from their own
+//! servers: two servers announcing one version (`redis 7.0.15`) may still
+//! have different tables (a command renamed away, a module, a peer that
+//! lies), so neither the version nor anything else a server says about
+//! itself decides which table another database uses. Models are
+//! process-wide and shared by content: a table equal to one already kept
+//! (a cluster's nodes, the same server in several databases or VCLs)
+//! takes no second cell. A server is known again by its address and its
+//! `run_id` (`INFO server`, random per server process): the same process
+//! at the same address has the same table, so another database or a VCL
+//! reload uses its model without reading `COMMAND` again (about 90 KB on
+//! Redis 7.0), while each other server is read once. A restarted server
+//! has a new `run_id`, and is read again. Each database points at the
+//! model of the server it last learnt; its servers are normally one
+//! version, and during a rolling upgrade the commands both versions know
+//! mean the same.
 //!
 //! A database starts on the built-in model (Redis 7.0's table, which
 //! every later Redis and Valkey keeps, plus the rules no flag gives). It
 //! reads a server's table only when a command is not in the model it
 //! has (a newer server's command, a module's): `INFO server` says the
-//! version, one round trip on an ordinary connection of that database,
-//! bounded as one request of that command; `COMMAND` is read only for a
-//! version no model has yet, and never from a server before 7.0 (its
-//! table has no key specifications). So the commands of Redis 7.0 never cost a
-//! request, and nothing is sent that a VCL did not ask for until it asks
-//! for something the model does not know. A server is asked once, and
-//! again after it failed (it may have come back as another version). A
-//! server that refuses either request (an ACL user without them) leaves
-//! the database on its model; a command still unknown then takes an
-//! ordinary connection, never a multiplexed one, and has no keys.
+//! version and the `run_id`, one round trip on an ordinary connection of
+//! that database, bounded as one request of that command; `COMMAND` is
+//! read only from a server whose table is not known yet, and never from a
+//! server before 7.0 (its table has no key specifications). So the
+//! commands of Redis 7.0 never cost a request, and nothing is sent that a
+//! VCL did not ask for until it asks for something the model does not
+//! know. A server is asked once, and again after it failed (it may have
+//! come back as another version). A server that refuses either request
+//! (an ACL user without them) leaves the database on its model; a command
+//! still unknown then takes an ordinary connection, never a multiplexed
+//! one, and has no keys.
 //!
 //! The command path reads the database's model with one atomic load: the
 //! models live in a fixed array of write-once cells ([`MAX_MODELS`]), so
 //! no lock and no reference count is taken per command. Past
-//! [`MAX_MODELS`] versions in one process, a new version keeps the model
-//! its database has.
+//! [`MAX_MODELS`] distinct tables in one process, a new table is not
+//! kept and its database keeps the model it has (a peer that gives a new
+//! table each time can fill the cells, never change a kept model).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -37,19 +47,27 @@ use std::time::Instant;
 
 use super::model::{Found, Model};
 use super::parse::parse_command_reply;
+use crate::config::Location;
 use crate::connection::{Connection, Failure};
 use crate::protocol::Command;
 use crate::protocol::Reply;
 use crate::server::Server;
 
-/// Distinct server versions one process keeps a model of; cell 0 is the
-/// fallback.
+/// Distinct tables one process keeps a model of; cell 0 is the fallback.
 pub(crate) const MAX_MODELS: usize = 16;
+
+/// Servers (address and `run_id`) whose model is remembered; past it the
+/// memory starts again (a server forgotten is only read again).
+const MAX_SERVERS_REMEMBERED: usize = 1024;
 
 static MODELS: [OnceLock<Model>; MAX_MODELS] = [const { OnceLock::new() }; MAX_MODELS];
 
-/// The version of the model in cell `i + 1`. Locked only to add one.
-static VERSIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// How many cells after the fallback's are taken. Locked only to add one.
+static TAKEN: Mutex<usize> = Mutex::new(0);
+
+/// The cell of the table read from each server process, by its address
+/// and `run_id`. Touched only when a database learns.
+static SERVERS: Mutex<Option<HashMap<(Location, String), usize>>> = Mutex::new(None);
 
 const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 const COMMAND: &[u8] = b"*1\r\n$7\r\nCOMMAND\r\n";
@@ -61,23 +79,46 @@ fn model_at(index: usize) -> &'static Model {
     }
 }
 
-/// The cell of `version`'s model, if one was read.
-fn registered(version: &str) -> Option<usize> {
-    let versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
-    versions.iter().position(|v| v == version).map(|i| i + 1)
+/// The cell of a model equal to `model` (same source, same table), stored
+/// now if none is; `None` when every cell is taken.
+fn register(model: Model) -> Option<usize> {
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(index) = (1..=*taken).find(|&i| MODELS[i].get() == Some(&model)) {
+        return Some(index);
+    }
+    let index = *taken + 1;
+    MODELS.get(index)?.set(model).ok()?;
+    *taken = index;
+    Some(index)
 }
 
-/// Stores `model` for `version` (unless another database just did), and
-/// returns its cell; `None` when every cell is taken.
-fn register(version: &str, model: Model) -> Option<usize> {
-    let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = versions.iter().position(|v| v == version) {
-        return Some(i + 1);
+/// The cell of the table read from the server process `key`, if any.
+fn remembered(key: &(Location, String)) -> Option<usize> {
+    let servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    servers.as_ref()?.get(key).copied()
+}
+
+fn remember(key: (Location, String), index: usize) {
+    let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    let servers = servers.get_or_insert_with(HashMap::new);
+    if servers.len() >= MAX_SERVERS_REMEMBERED {
+        servers.clear();
     }
-    let index = versions.len() + 1;
-    MODELS.get(index)?.set(model).ok()?;
-    versions.push(version.to_string());
-    Some(index)
+    servers.insert(key, index);
+}
+
+/// The `run_id` of an `INFO server` reply: random per server process.
+fn run_id_of(info: &Reply) -> Option<String> {
+    let text = match info {
+        Reply::String(bytes) => std::str::from_utf8(bytes).ok()?,
+        Reply::Status(text) => text,
+        _ => return None,
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
 }
 
 /// `redis 7.0.15`, `valkey 8.1.1`... from an `INFO server` reply.
@@ -156,7 +197,7 @@ impl Commands {
             }
             checked.insert(server.id, Instant::now());
         }
-        let learnt = self.read(conn, until);
+        let learnt = self.read(server, conn, until);
         if learnt.is_err() {
             let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
             checked.remove(&server.id);
@@ -164,7 +205,12 @@ impl Commands {
         learnt
     }
 
-    fn read(&self, conn: &mut Connection, until: Option<Instant>) -> Result<(), Failure> {
+    fn read(
+        &self,
+        server: &Server,
+        conn: &mut Connection,
+        until: Option<Instant>,
+    ) -> Result<(), Failure> {
         // The time left, checked before each request: the two share one
         // bound, and none starts once it is spent.
         let left = || match until {
@@ -174,27 +220,43 @@ impl Commands {
                 _ => Err(Failure::Timeout),
             },
         };
-        let Some(version) = version_of(&conn.request(INFO_SERVER, left()?)?) else {
+        let info = conn.request(INFO_SERVER, left()?)?;
+        let Some(version) = version_of(&info) else {
             return Ok(());
         };
         // Before 7.0 the table has no key specifications (and fewer
         // commands): the built-in one says more of every command it has.
-        if self.model().source == version || !describes_keys(&version) {
+        if !describes_keys(&version) {
             return Ok(());
         }
-        let index = match registered(&version) {
+        // Without a `run_id` the server cannot be known again: read.
+        let process = run_id_of(&info).map(|id| (server.location().clone(), id));
+        let index = match process.as_ref().and_then(remembered) {
             Some(index) => Some(index),
             None => match parse_command_reply(&conn.request(COMMAND, left()?)?) {
-                Ok(described) => register(&version, Model::build(version.clone(), described)),
+                Ok(described) => register(Model::build(version, described)),
                 // Refused (`NOPERM`, renamed): keep what is in use.
                 Err(_) => None,
             },
         };
         if let Some(index) = index {
+            if let Some(process) = process {
+                remember(process, index);
+            }
             self.current.store(index, Ordering::Relaxed);
         }
         Ok(())
     }
+}
+
+/// The built-in table less `names` (upper case), as `source`'s.
+#[cfg(test)]
+fn model_without(source: String, names: &[&str]) -> Model {
+    let described = super::builtin::fallback()
+        .into_iter()
+        .filter(|d| !names.iter().any(|name| *d.name == *name.as_bytes()))
+        .collect();
+    Model::build(source, described)
 }
 
 #[cfg(test)]
@@ -203,12 +265,8 @@ impl Commands {
     /// (upper case), as if they were a newer server's commands: for tests
     /// of learning.
     pub(crate) fn fallback_without(names: &[&str]) -> Commands {
-        let described = super::builtin::fallback()
-            .into_iter()
-            .filter(|d| !names.iter().any(|name| *d.name == *name.as_bytes()))
-            .collect();
-        let model = Model::build(format!("built-in less {names:?}"), described);
-        let index = register(&model.source.clone(), model).expect("a free model cell");
+        let model = model_without(format!("built-in less {names:?}"), names);
+        let index = register(model).expect("a free model cell");
         Commands {
             current: AtomicUsize::new(index),
             ..Commands::default()
@@ -237,6 +295,33 @@ mod tests {
         );
         assert_eq!(version_of(&info("# Server\r\n")), None);
         assert_eq!(version_of(&Reply::Error("NOPERM".into())), None);
+    }
+
+    #[test]
+    fn run_ids_of_info_server() {
+        let info = |text: &str| Reply::String(text.as_bytes().to_vec());
+        assert_eq!(
+            run_id_of(&info(
+                "# Server\r\nredis_version:7.0.15\r\nrun_id:b91d98ed\r\n"
+            )),
+            Some("b91d98ed".into())
+        );
+        assert_eq!(
+            run_id_of(&info("redis_version:7.0.15\r\nrun_id:\r\n")),
+            None
+        );
+        assert_eq!(run_id_of(&info("redis_version:7.0.15\r\n")), None);
+    }
+
+    #[test]
+    fn equal_tables_share_a_cell_and_different_ones_do_not() {
+        let without = |names: &[&str]| model_without("redis 7.0.15".into(), names);
+        let full = register(without(&[])).expect("a free cell");
+        let renamed = register(without(&["GET"])).expect("a free cell");
+        assert_ne!(full, renamed, "one version, two tables");
+        assert_eq!(register(without(&[])), Some(full));
+        assert!(model_at(renamed).find(&Command::new(b"get")).unknown());
+        assert!(!model_at(full).find(&Command::new(b"get")).unknown());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::parse::{flag, Described, KeySpec};
 use crate::protocol::Command;
 
 /// One command or subcommand.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct Entry {
     /// Upper case; a subcommand's own part (`SETNAME`).
     pub(crate) name: Box<[u8]>,
@@ -34,8 +34,8 @@ pub(crate) struct Entry {
     pub(crate) cacheable: bool,
 }
 
-/// The commands of one server version.
-#[derive(Debug)]
+/// The commands of one server's table.
+#[derive(Debug, PartialEq)]
 pub(crate) struct Model {
     /// What the model was read from (`redis 7.0.15`, `fallback`...).
     pub(crate) source: String,

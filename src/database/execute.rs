@@ -115,7 +115,7 @@ impl Database {
         let mut found = self.commands.find(command);
         // Not in the model (a newer server's command, a module's): the
         // server's own table says what it is, read once per server
-        // version, bounded as one request of the command (500 ms with no
+        // process, bounded as one request of the command (500 ms with no
         // timeout at all) so that its attempts keep their time. Not while
         // the task holds a connection: in a pool of one, that would wait
         // for itself.

@@ -4,8 +4,96 @@
 //! certificate it is given as a trust anchor, so a leaf's key (a client
 //! certificate's, say) could sign server certificates. Those stay in the
 //! OpenSSL store only, where OpenSSL uses them as it would.
+//!
+//! A `tls_capath` directory is read as OpenSSL reads a CApath (and so
+//! `redis-cli --cacertdir` and hiredis): by hashed names only.
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
 use openssl::x509::{X509KeyUsage, X509};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+
+/// The certificates of a `tls_capath` directory that OpenSSL's hashed
+/// lookup (`X509_LOOKUP_hash_dir`) can find: only files named
+/// `<hash>.<n>`, the subject name hash (`X509_NAME_hash`) in 8 lower-case
+/// hex digits, as `openssl rehash` (or `c_rehash`) names them; for each
+/// hash `.0`, `.1`... up to the first missing or unreadable one. Of each
+/// file only the certificates whose subject hashes to its name are kept:
+/// OpenSSL opens the file to find an issuer of that name, and another
+/// certificate in it would be used only by chance. The error says what was
+/// found instead (`Err`: the reason, for the directory).
+pub(super) fn hashed_certificates(dir: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let names: BTreeSet<String> = fs::read_dir(dir)
+        .map_err(|e| super::io_reason(&e))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .collect();
+    let hashes: BTreeSet<u32> = names.iter().filter_map(|name| hash_of_name(name)).collect();
+    let mut found = Vec::new();
+    let mut mismatched = Vec::new();
+    for hash in hashes {
+        for n in 0.. {
+            let name = format!("{hash:08x}.{n}");
+            let path = dir.join(&name);
+            if !names.contains(&name) || !path.is_file() {
+                break;
+            }
+            let Some(certs) = fs::read(&path).ok().and_then(|pem| {
+                CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok()
+                    .filter(|certs| !certs.is_empty())
+            }) else {
+                break;
+            };
+            let before = found.len();
+            found.extend(
+                certs
+                    .into_iter()
+                    .filter(|cert| subject_hash(cert) == Some(hash)),
+            );
+            if found.len() == before {
+                mismatched.push(name);
+            }
+        }
+    }
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    let what = if !mismatched.is_empty() {
+        format!(
+            "{} hold no certificate whose subject name hash is the file's name",
+            mismatched.join(", ")
+        )
+    } else {
+        let others = names.len();
+        format!("{others} file(s), none named by its subject name hash")
+    };
+    Err(format!(
+        "no certificate under a hashed name (<subject hash>.0, as OpenSSL reads a CA \
+         directory): {what}; run `openssl rehash` on the directory"
+    ))
+}
+
+/// The hash of a name as OpenSSL's hashed lookup opens it, `%08lx.%d`
+/// (`5ed36f99.0`).
+fn hash_of_name(name: &str) -> Option<u32> {
+    let (hash, n) = name.split_once('.')?;
+    let lower_hex = hash.len() == 8 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let number: u32 = n.parse().ok()?;
+    if !lower_hex || number.to_string() != n {
+        return None;
+    }
+    u32::from_str_radix(hash, 16).ok()
+}
+
+/// `X509_NAME_hash` of `der`'s subject, as `openssl x509 -hash` prints it.
+fn subject_hash(der: &CertificateDer<'_>) -> Option<u32> {
+    X509::from_der(der)
+        .ok()
+        .map(|cert| cert.subject_name_hash())
+}
 
 /// Whether OpenSSL would end a chain at `der` (`X509_check_ca` on a
 /// self-signed certificate): basicConstraints with cA set, or no

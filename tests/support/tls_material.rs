@@ -4,7 +4,8 @@
 //! signed nothing here (a "wrong CA"), written as PEM files into a
 //! directory. Besides, the same as Redis's utils/gen-test-certs.sh makes
 //! them (the `v1_*` files): a v3 CA, and X.509 v1 server and client
-//! certificates, which name no host but in their CN. Used by the unit
+//! certificates, which name no host but in their CN. The directory is
+//! rehashed as `openssl rehash` does it (`tls_capath`). Used by the unit
 //! tests of src/tls.rs and by the vtc harness (`#@ tls`).
 use std::path::{Path, PathBuf};
 
@@ -80,7 +81,7 @@ pub fn write_material(dir: &Path) -> Result<Material, String> {
     let (expired_cert, expired_key) = issue(server_names(), true)?;
     let (client_cert, client_key) = issue(vec!["client".into()], false)?;
     let v1 = redis_style().map_err(|e| format!("openssl: {e}"))?;
-    Ok(Material {
+    let material = Material {
         ca: write("ca.crt", &ca.pem())?,
         other_ca: write("other-ca.crt", &other_ca.pem())?,
         server_cert: write("server.crt", &server_cert)?,
@@ -96,7 +97,35 @@ pub fn write_material(dir: &Path) -> Result<Material, String> {
         v1_expired_key: write("v1-expired.key", &v1.expired.1)?,
         v1_client_cert: write("v1-client.crt", &v1.client.0)?,
         v1_client_key: write("v1-client.key", &v1.client.1)?,
-    })
+    };
+    rehash(dir)?;
+    Ok(material)
+}
+
+/// What `openssl rehash` does to `dir` (a CA directory, `tls_capath`):
+/// a link `<subject name hash>.<n>` to each certificate file (`.crt`,
+/// `.pem`), `n` counting files whose subjects hash alike.
+pub fn rehash(dir: &Path) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("rehash {}: {e}", dir.display());
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(err)?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".crt") || name.ends_with(".pem"))
+        .collect();
+    files.sort();
+    for name in files {
+        let pem = std::fs::read(dir.join(&name)).map_err(err)?;
+        let Ok(cert) = X509::from_pem(&pem) else {
+            continue;
+        };
+        let hash = cert.subject_name_hash();
+        let link = (0..)
+            .map(|n| dir.join(format!("{hash:08x}.{n}")))
+            .find(|link| std::fs::symlink_metadata(link).is_err())
+            .expect("a free name");
+        std::os::unix::fs::symlink(&name, link).map_err(err)?;
+    }
+    Ok(())
 }
 
 /// PEM texts: the CA, and (certificate, key) of each leaf.

@@ -100,7 +100,8 @@
 //!   that signed nothing), `${tls_server_cert}`, `${tls_server_key}`,
 //!   `${tls_expired_cert}`, `${tls_expired_key}` (the same names, expired
 //!   in 2021),
-//!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}`. The server
+//!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}` (rehashed
+//!   as `openssl rehash` does: a `tls_capath`). The server
 //!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
 //!   optional` (a vtc may add `--tls-auth-clients yes`). Besides, X.509 v1
 //!   certificates as Redis's utils/gen-test-certs.sh makes them, under

@@ -130,3 +130,66 @@ fn learning_waits_no_longer_than_a_request_of_the_command() {
         "an unknown command waited {unknown_took:?}, a known one {known_took:?}"
     );
 }
+
+/// Two servers of one version (`redis 7.0.15`), one with `GET` renamed
+/// away: each database uses the table its own server gave. Neither
+/// database's learning changes what the other sends: on the plain
+/// server, `GET` stays a known read that goes on the multiplexed
+/// connection, whichever learnt first; on the other, it stays unknown. A
+/// second database on the plain server uses the table read from it with
+/// no second `COMMAND`, and a third plain server's equal table shares its
+/// model.
+#[test]
+fn databases_on_servers_of_one_version_keep_their_own_tables() {
+    let renamed = RedisProcess::start(&["--rename-command", "GET", ""]);
+    let plain = RedisProcess::start(&[]);
+    let pipelined = |args: &mut DbArgs| {
+        args.command_timeout = 500;
+        args.pipelining = true;
+    };
+    let get = Command::new(b"GET");
+    // Learnt when the first command no table has comes.
+    let learn = |db: &Database| {
+        assert!(matches!(run(db, &["NOSUCHCOMMAND"]), Ok(Reply::Error(_))));
+    };
+    let on_renamed = database(&renamed, pipelined);
+    learn(&on_renamed);
+    assert!(on_renamed.commands.find(&get).unknown(), "GET renamed away");
+
+    let on_plain = database(&plain, pipelined);
+    learn(&on_plain);
+    assert!(!on_plain.commands.find(&get).unknown());
+    plain.cli(&["SET", "k", "v"]);
+    let before = on_plain.stats().get(Counter::PipelineCommands);
+    assert_eq!(
+        run(&on_plain, &["GET", "k"]).unwrap(),
+        Reply::String(b"v".to_vec())
+    );
+    assert_eq!(
+        on_plain.stats().get(Counter::PipelineCommands),
+        before + 1,
+        "GET went on the multiplexed connection"
+    );
+    assert_eq!(calls(&plain, "command"), 1);
+
+    // Learning again from the renamed server changes neither.
+    let again_on_renamed = database(&renamed, pipelined);
+    learn(&again_on_renamed);
+    assert!(again_on_renamed.commands.find(&get).unknown());
+    assert!(!on_plain.commands.find(&get).unknown());
+    assert_eq!(calls(&renamed, "command"), 1, "known by its run_id");
+
+    let again_on_plain = database(&plain, pipelined);
+    learn(&again_on_plain);
+    assert!(!again_on_plain.commands.find(&get).unknown());
+    assert_eq!(calls(&plain, "command"), 1, "known by its run_id");
+
+    let other_plain = RedisProcess::start(&[]);
+    let on_other_plain = database(&other_plain, pipelined);
+    learn(&on_other_plain);
+    assert_eq!(calls(&other_plain, "command"), 1, "another server: read");
+    assert!(std::ptr::eq(
+        on_other_plain.commands.model(),
+        on_plain.commands.model()
+    ));
+}
