@@ -132,10 +132,14 @@ impl Database {
             self.stats.inc(Counter::CommandsFailed);
             return Err(err);
         }
-        // [ext] A reply the near cache keeps is served with no round trip;
-        // never to a task that holds a connection (`MULTI`, `WATCH`).
+        // [ext] A reply the near cache keeps is served with no round trip,
+        // and a miss may fill it: never for a task that owns state on the
+        // server (`MULTI`, `WATCH`... see `Session::owns_state`).
         let in_multi = task.session.in_multi();
-        let near_cache = self.near_cache.as_ref().filter(|_| task.pinned.is_none());
+        let near_cache = self
+            .near_cache
+            .as_ref()
+            .filter(|_| !task.session.owns_state());
         let fill = match near_cache.and_then(|cache| {
             let keys = found.cached_keys(command)?;
             Some(cache.lookup(&keys, command.body(), master))
@@ -198,11 +202,25 @@ impl Database {
     /// left of the execution's deadline, no retry), counted as any
     /// command. `Some(None)`: none has a TTL (or is there); `None`:
     /// unknown, so not kept.
+    ///
+    /// Each `PTTL` is a command of its own, never one of the user's
+    /// stream: a fill is only for a task that owns no state on the server
+    /// (see `execute`), so the task keeps no connection (none is held
+    /// back either: no Cluster `MULTI`) and the `PTTL` takes a lease of
+    /// its own, as the read did. A private or pooled connection carries
+    /// one request at a time and its reply is read before the lease goes
+    /// back; a multiplexed one matches replies to requests in the order
+    /// they were written. So no reply is taken for another's, and
+    /// nothing is queued in a transaction.
     fn expiry_of<'k>(
         &self,
         keys: impl Iterator<Item = &'k [u8]>,
         x: &mut Execution,
     ) -> Option<Option<Instant>> {
+        debug_assert!(
+            x.task.pinned.is_none() && !x.task.session.owns_state(),
+            "a fill's PTTL on the user's connection"
+        );
         let mut first: Option<Instant> = None;
         for key in keys {
             let expires = self.pttl(key, x)?;
@@ -590,7 +608,7 @@ impl Database {
             // nor a connection to reuse.
             lease.retire();
             self.stats.inc(Counter::DroppedState);
-        } else if task.session.keeps_connection() {
+        } else if task.session.owns_state() {
             task.pinned = lease.pin(server.clone(), &self.stats);
         }
         reply
