@@ -134,12 +134,13 @@ impl Database {
         }
         // [ext] A reply the near cache keeps is served with no round trip,
         // and a miss may fill it: never for a task that owns state on the
-        // server (`MULTI`, `WATCH`... see `Session::owns_state`).
+        // server (`MULTI`, `WATCH`... see `Session::owns_state`), nor once
+        // the cache is off (`NearCache::works`).
         let in_multi = task.session.in_multi();
         let near_cache = self
             .near_cache
             .as_ref()
-            .filter(|_| !task.session.owns_state());
+            .filter(|cache| !task.session.owns_state() && cache.works());
         let fill = match near_cache.and_then(|cache| {
             let keys = found.cached_keys(command)?;
             Some(cache.lookup(&keys, command.body(), master))
@@ -251,6 +252,21 @@ impl Database {
                 Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
             }
             Ok(Reply::Integer(-1 | -2)) => Some(None),
+            // Never answered for this user (no `+pttl`, or renamed away):
+            // without it no entry can be kept, so the cache goes off
+            // rather than paying a refused `PTTL` per miss, and says why.
+            Ok(Reply::Error(text)) if ServerError::of(&text).retry() == Retry::Refused => {
+                let cache = self.near_cache.as_ref()?;
+                if cache.refused() {
+                    x.note(Note::Warning(&format!(
+                        "near cache off: a fill's PTTL was refused ({}); \
+                         nothing is cached for this database until the VCL is reloaded \
+                         with a user allowed PTTL",
+                        crate::connection::loggable_error(&text)
+                    )));
+                }
+                None
+            }
             _ => None,
         }
     }

@@ -92,6 +92,9 @@ pub(crate) struct NearCache {
     next_ticket: AtomicU64,
     /// Moves whenever a server's tracking starts or stops.
     epoch: AtomicU64,
+    /// Off for good: a server refused what a fill needs (see
+    /// [`NearCache::refused`]).
+    off: AtomicBool,
     /// The database's: `ext.near_cache.*`.
     stats: Arc<Stats>,
 }
@@ -203,8 +206,27 @@ impl NearCache {
             max_age,
             next_ticket: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
+            off: AtomicBool::new(false),
             stats,
         }
+    }
+
+    /// Nothing is served or filled once [`refused`](Self::refused).
+    pub(crate) fn works(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
+    }
+
+    /// A server refused what a fill needs (its `PTTL`: an ACL user
+    /// without it, the command renamed away), so no entry can ever be
+    /// kept: counted, and the cache goes off, emptied. True the first
+    /// time, for the caller to say why once.
+    pub(crate) fn refused(&self) -> bool {
+        self.stats.inc(Counter::NearCacheRefused);
+        let first = !self.off.swap(true, Ordering::AcqRel);
+        if first {
+            self.clear();
+        }
+        first
     }
 
     fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
