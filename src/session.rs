@@ -10,7 +10,7 @@ use crate::protocol::Reply;
 
 /// What a task has left on the connection it keeps (pinned): an open
 /// transaction, or a changed state. The connection stays with the task
-/// while [`keeps_connection`](Self::keeps_connection).
+/// while [`owns_state`](Self::owns_state).
 #[derive(Debug, Default)]
 pub(crate) struct Session {
     /// After `MULTI`: commands are queued until `EXEC` / `DISCARD`.
@@ -41,8 +41,16 @@ pub enum Lost {
 }
 
 impl Session {
-    /// The task needs its pinned connection for its next command.
-    pub(crate) fn keeps_connection(&self) -> bool {
+    /// The server holds state of this task's: an open `MULTI`, a
+    /// `WATCH`, a changed connection. Its next command needs the
+    /// connection it kept, and none may be answered from the near cache
+    /// or fill it (a kept value where Redis says `QUEUED`, a fill's
+    /// `PTTL` queued into the transaction, a kept value older than the
+    /// `WATCH`, whose change `EXEC` would not catch). In
+    /// Cluster a `MULTI` is held back until a command picks the node
+    /// (`held_reply` in `database/cluster.rs`): owned, while no
+    /// connection is kept yet.
+    pub(crate) fn owns_state(&self) -> bool {
         self.multi || self.watch || self.changed
     }
 
@@ -138,14 +146,14 @@ mod tests {
         for end in [Effect::Exec, Effect::Discard] {
             let mut s = Session::default();
             s.after_reply(Effect::Multi, &ok());
-            assert!(s.keeps_connection() && s.in_multi());
+            assert!(s.owns_state() && s.in_multi());
             s.after_reply(Effect::None, &Reply::Status("QUEUED".into()));
             // Queued: nothing ends yet.
             s.after_reply(Effect::Unwatch, &Reply::Status("QUEUED".into()));
-            assert!(s.keeps_connection());
+            assert!(s.owns_state());
             // EXECABORT is an error reply, and still ends the transaction.
             s.after_reply(end, &error());
-            assert!(!s.keeps_connection() && !s.in_multi(), "{end:?}");
+            assert!(!s.owns_state() && !s.in_multi(), "{end:?}");
         }
     }
 
@@ -153,17 +161,17 @@ mod tests {
     fn watch_keeps_the_connection_until_unwatch_exec_or_discard() {
         let mut s = Session::default();
         s.after_reply(Effect::Watch, &ok());
-        assert!(s.keeps_connection() && !s.in_multi());
+        assert!(s.owns_state() && !s.in_multi());
         // EXEC without MULTI is refused and keeps the watch.
         s.after_reply(Effect::Exec, &error());
-        assert!(s.keeps_connection());
+        assert!(s.owns_state());
         s.after_reply(Effect::Unwatch, &ok());
-        assert!(!s.keeps_connection());
+        assert!(!s.owns_state());
 
         s.after_reply(Effect::Watch, &ok());
         s.after_reply(Effect::Multi, &ok());
         s.after_reply(Effect::Exec, &Reply::Nil);
-        assert!(!s.keeps_connection(), "EXEC unwatches");
+        assert!(!s.owns_state(), "EXEC unwatches");
     }
 
     #[test]
@@ -171,21 +179,21 @@ mod tests {
         let mut s = Session::default();
         s.after_reply(Effect::Multi, &error());
         s.after_reply(Effect::Watch, &error());
-        assert!(!s.keeps_connection());
+        assert!(!s.owns_state());
         // WATCH inside MULTI is an error; the DISCARD then ends it all.
         s.after_reply(Effect::Multi, &ok());
         s.after_reply(Effect::Watch, &error());
         s.after_reply(Effect::Discard, &ok());
-        assert!(!s.keeps_connection());
+        assert!(!s.owns_state());
     }
 
     #[test]
     fn an_unknown_command_keeps_the_connection_unless_refused() {
         let mut s = Session::default();
         s.after_reply(Effect::Unknown, &error());
-        assert!(!s.keeps_connection(), "refused: nothing ran");
+        assert!(!s.owns_state(), "refused: nothing ran");
         s.after_reply(Effect::Unknown, &ok());
-        assert!(s.keeps_connection());
+        assert!(s.owns_state());
     }
 
     #[test]
@@ -194,17 +202,17 @@ mod tests {
         s.after_reply(Effect::Changes, &ok());
         s.after_reply(Effect::Multi, &ok());
         s.after_reply(Effect::Exec, &Reply::Array(vec![]));
-        assert!(s.keeps_connection() && !s.in_multi());
+        assert!(s.owns_state() && !s.in_multi());
         s.after_reply(Effect::Quit, &ok());
-        assert!(!s.keeps_connection());
+        assert!(!s.owns_state());
         // RESET ends the transaction, and leaves a changed connection.
         s.after_reply(Effect::Watch, &ok());
         s.after_reply(Effect::Multi, &ok());
         s.after_reply(Effect::Reset, &Reply::Status("RESET".into()));
-        assert!(s.keeps_connection() && !s.in_multi());
+        assert!(s.owns_state() && !s.in_multi());
         s.after_reply(Effect::Multi, &ok());
         s.after_reply(Effect::Discard, &ok());
-        assert!(s.keeps_connection(), "the watch went with RESET");
+        assert!(s.owns_state(), "the watch went with RESET");
     }
 
     #[test]
@@ -212,7 +220,7 @@ mod tests {
         let mut s = Session::default();
         s.after_reply(Effect::Multi, &ok());
         s.lose();
-        assert!(!s.keeps_connection());
+        assert!(!s.owns_state());
         assert_eq!(s.admit(Effect::None), Err(Lost::Transaction));
         assert_eq!(s.admit(Effect::Multi), Err(Lost::Transaction));
         assert_eq!(

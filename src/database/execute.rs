@@ -136,10 +136,15 @@ impl Database {
             self.stats.inc(Counter::CommandsFailed);
             return Err(err);
         }
-        // [ext] A reply the near cache keeps is served with no round trip;
-        // never to a task that holds a connection (`MULTI`, `WATCH`).
+        // [ext] A reply the near cache keeps is served with no round trip,
+        // and a miss may fill it: never for a task that owns state on the
+        // server (`MULTI`, `WATCH`... see `Session::owns_state`), nor once
+        // the cache is off (`NearCache::works`).
         let in_multi = task.session.in_multi();
-        let near_cache = self.near_cache.as_ref().filter(|_| task.pinned.is_none());
+        let near_cache = self
+            .near_cache
+            .as_ref()
+            .filter(|cache| !task.session.owns_state() && cache.works());
         let fill = match near_cache.and_then(|cache| {
             let keys = found.cached_keys(command)?;
             Some(cache.lookup(&keys, command.body(), master))
@@ -213,12 +218,26 @@ impl Database {
     /// (`fields`), the `HPTTL` of the fields a hash read names too (a
     /// read of the whole hash is not kept there). `Some(None)`: none has
     /// a TTL (or is there); `None`: unknown, so not kept.
+    ///
+    /// Each `PTTL` is a command of its own, never one of the user's
+    /// stream: a fill is only for a task that owns no state on the server
+    /// (see `execute`), so the task keeps no connection (none is held
+    /// back either: no Cluster `MULTI`) and the `PTTL` takes a lease of
+    /// its own, as the read did. A private or pooled connection carries
+    /// one request at a time and its reply is read before the lease goes
+    /// back; a multiplexed one matches replies to requests in the order
+    /// they were written. So no reply is taken for another's, and
+    /// nothing is queued in a transaction.
     fn expiry_of<'k>(
         &self,
         keys: impl Iterator<Item = &'k [u8]>,
         fields: bool,
         x: &mut Execution,
     ) -> Option<Option<Instant>> {
+        debug_assert!(
+            x.task.pinned.is_none() && !x.task.session.owns_state(),
+            "a fill's PTTL on the user's connection"
+        );
         let mut first: Option<Instant> = None;
         let mut keys = keys.peekable();
         let hash_key = keys.peek().map(|key| key.to_vec());
@@ -270,6 +289,23 @@ impl Database {
             Ok(Reply::Array(ttls)) => ttls
                 .iter()
                 .try_fold(None, |first, reply| Some(earliest(first, ttl_of(reply)?))),
+            // Never answered for this user (no `+pttl`, or renamed away):
+            // without it no entry can be kept, so the cache goes off
+            // rather than paying a refused request per miss, and says why.
+            Ok(Reply::Error(text)) if ServerError::of(&text).retry() == Retry::Refused => {
+                let cache = self.near_cache.as_ref()?;
+                if cache.refused() {
+                    x.note(Note::Warning(&format!(
+                        "near cache off: a fill's {} was refused ({}); \
+                         nothing is cached for this database until the VCL is reloaded \
+                         with a user allowed {}",
+                        ttl.logged_name(),
+                        crate::connection::loggable_error(&text),
+                        ttl.logged_name(),
+                    )));
+                }
+                None
+            }
             Ok(reply) => ttl_of(&reply),
             Err(_) => None,
         }
@@ -649,7 +685,7 @@ impl Database {
             // nor a connection to reuse.
             lease.retire();
             self.stats.inc(Counter::DroppedState);
-        } else if task.session.keeps_connection() {
+        } else if task.session.owns_state() {
             task.pinned = lease.pin(server.clone(), &self.stats);
         }
         reply

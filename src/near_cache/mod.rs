@@ -104,6 +104,9 @@ pub(crate) struct NearCache {
     /// Cluster: how many nodes say each slot is being migrated (from or
     /// to them); nothing of such a slot is kept.
     migrating: Box<[AtomicU16]>,
+    /// Off for good: a server refused what a fill needs (see
+    /// [`NearCache::refused`]).
+    off: AtomicBool,
     /// The database's: `ext.near_cache.*`.
     stats: Arc<Stats>,
 }
@@ -227,8 +230,33 @@ impl NearCache {
             migrating: (0..crate::cluster::SLOTS)
                 .map(|_| AtomicU16::new(0))
                 .collect(),
+            off: AtomicBool::new(false),
             stats,
         }
+    }
+
+    /// Nothing is served or filled once [`refused`](Self::refused).
+    pub(crate) fn works(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
+    }
+
+    /// A server refused what a fill needs (its `PTTL`: an ACL user
+    /// without it, the command renamed away), so no entry can ever be
+    /// kept: counted, and the cache goes off, emptied. True the first
+    /// time, for the caller to say why once.
+    pub(crate) fn refused(&self) -> bool {
+        self.stats.inc(Counter::NearCacheRefused);
+        let first = !self.off.swap(true, Ordering::AcqRel);
+        if first {
+            self.clear();
+        }
+        first
+    }
+
+    /// A server refused what its tracking connection needs: counted; its
+    /// replies are never kept (its promise is never made), others' are.
+    pub(crate) fn tracking_refused(&self) {
+        self.stats.inc(Counter::NearCacheRefused);
     }
 
     fn shard(&self, key: &[u8]) -> &Mutex<Shard> {

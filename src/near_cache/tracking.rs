@@ -152,7 +152,7 @@ struct Followed {
 /// One server's listener thread.
 struct Listener {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<(), String>>,
+    thread: JoinHandle<Result<(), Ended>>,
     started: Instant,
 }
 
@@ -253,11 +253,14 @@ impl Supervisor {
             let result = listener
                 .thread
                 .join()
-                .unwrap_or_else(|_| Err("the listener panicked".into()));
+                .unwrap_or_else(|_| Err("the listener panicked".to_string().into()));
             followed.server.promise.broken();
             followed.cache.voided(&followed.server.promise);
-            if let Err(err) = result {
-                report(&self.log, followed, err);
+            if let Err(ended) = result {
+                if ended.refused && ended.text != followed.last_error {
+                    followed.cache.tracking_refused();
+                }
+                report(&self.log, followed, ended.text);
             }
             followed.next_try = now + followed.backoff.after(Some(served), jitter());
         }
@@ -340,6 +343,37 @@ fn spawn(followed: &Followed, conn: Connection) -> std::io::Result<Listener> {
     })
 }
 
+/// Why a tracking session ended.
+#[derive(Debug)]
+pub(super) struct Ended {
+    text: String,
+    /// The server refused what tracking needs (an ACL user without
+    /// `CLIENT TRACKING` or `INFO`, a server that does not track): counted
+    /// in `ext.near_cache.refused`, the cache cannot work there.
+    refused: bool,
+}
+
+impl Ended {
+    fn refused(what: &str, text: &str) -> Ended {
+        Ended {
+            text: format!(
+                "{what} refused: {}: nothing from this server is cached",
+                crate::connection::loggable_error(text)
+            ),
+            refused: true,
+        }
+    }
+}
+
+impl From<String> for Ended {
+    fn from(text: String) -> Ended {
+        Ended {
+            text,
+            refused: false,
+        }
+    }
+}
+
 /// What a heartbeat asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Asked {
@@ -373,7 +407,7 @@ impl Session {
         Limit::within(Some(WAIT)).or_stop(&self.stop)
     }
 
-    fn run(mut self, mut conn: Connection) -> Result<(), String> {
+    fn run(mut self, mut conn: Connection) -> Result<(), Ended> {
         let result = self.track(&mut conn);
         // Whatever ended it: no slot is being moved by this node any
         // more, as far as this session can tell.
@@ -382,20 +416,20 @@ impl Session {
         result
     }
 
-    fn track(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn track(&mut self, conn: &mut Connection) -> Result<(), Ended> {
         let info = conn
             .request_by(INFO_SERVER, self.limit())
             .map_err(|failure| format!("INFO server: {failure}"))?;
-        let identity = run_id(&info).ok_or("INFO server: no run_id in the reply")?;
+        if let Reply::Error(text) = &info {
+            return Err(Ended::refused("INFO server", text));
+        }
+        let identity = run_id(&info).ok_or("INFO server: no run_id in the reply".to_string())?;
         let field_expiry = has_field_expiry(&info);
         let reply = conn
             .request_by(TRACKING_ON, self.limit())
             .map_err(|failure| format!("CLIENT TRACKING: {failure}"))?;
         if let Reply::Error(text) = reply {
-            return Err(format!(
-                "CLIENT TRACKING refused: {}",
-                crate::connection::loggable_error(&text)
-            ));
+            return Err(Ended::refused("CLIENT TRACKING", &text));
         }
         // From here on Redis reports every change: what was kept before
         // cannot be trusted, nor reads in flight. Served once the first
@@ -407,7 +441,7 @@ impl Session {
 
     /// Invalidations and heartbeats until the connection fails, goes
     /// silent for [`GIVE_UP`], or the thread stops.
-    fn listen(&mut self, conn: &mut Connection) -> Result<(), String> {
+    fn listen(&mut self, conn: &mut Connection) -> Result<(), Ended> {
         let mut next_beat = Instant::now();
         loop {
             if self.stopped() {
@@ -416,7 +450,7 @@ impl Session {
             let now = Instant::now();
             if let Some(&(_, sent, _)) = self.asked.front() {
                 if now.duration_since(sent) > GIVE_UP {
-                    return Err(format!("no answer to the heartbeat within {GIVE_UP:?}"));
+                    return Err(format!("no answer to the heartbeat within {GIVE_UP:?}").into());
                 }
             } else if now >= next_beat {
                 let mut beat = INFO_REPLICATION.to_vec();
@@ -436,15 +470,12 @@ impl Session {
             match conn.receive(wait) {
                 // Pushes are arrays; the heartbeat's replies are strings.
                 Ok(reply @ Reply::Array(_)) => self.on_push(&reply),
-                Ok(Reply::Error(text)) => {
-                    return Err(format!(
-                        "error on the tracking connection: {}",
-                        crate::connection::loggable_error(&text)
-                    ))
-                }
+                // An error reply answers a heartbeat (pushes are arrays):
+                // `INFO` or `CLUSTER NODES` refused to this user.
+                Ok(Reply::Error(text)) => return Err(Ended::refused("the heartbeat", &text)),
                 Ok(reply) => self.on_answer(&reply)?,
                 Err(Failure::Timeout) => {}
-                Err(err) => return Err(format!("tracking connection: {err}")),
+                Err(err) => return Err(format!("tracking connection: {err}").into()),
             }
         }
     }

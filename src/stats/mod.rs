@@ -91,6 +91,9 @@ pub enum Counter {
     NearCacheInvalidations,
     /// [ext] `near_cache`: keys evicted for the byte budget.
     NearCacheEvictions,
+    /// [ext] `near_cache`: refusals of what a fill needs (its `PTTL`),
+    /// which turn the cache off.
+    NearCacheRefused,
     /// [ext] `near_cache`: replies kept now (a gauge).
     NearCacheEntries,
     /// [ext] `near_cache`: bytes they take, about (a gauge).
@@ -119,7 +122,7 @@ const BATCH_SIZES: [(Counter, usize); 7] = [
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 36;
+    pub const COUNT: usize = 37;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -162,6 +165,7 @@ impl Counter {
         Counter::NearCacheMisses,
         Counter::NearCacheInvalidations,
         Counter::NearCacheEvictions,
+        Counter::NearCacheRefused,
         Counter::NearCacheEntries,
         Counter::NearCacheBytes,
     ];
@@ -204,6 +208,7 @@ impl Counter {
             Counter::NearCacheMisses => "ext.near_cache.misses",
             Counter::NearCacheInvalidations => "ext.near_cache.invalidations",
             Counter::NearCacheEvictions => "ext.near_cache.evictions",
+            Counter::NearCacheRefused => "ext.near_cache.refused",
             Counter::NearCacheEntries => "ext.near_cache.entries",
             Counter::NearCacheBytes => "ext.near_cache.bytes",
         }
