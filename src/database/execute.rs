@@ -646,6 +646,9 @@ impl Database {
                 .pledge(identity.as_deref(), slot, Instant::now());
             if let Err(Unpledged::AnotherServer { read, tracked }) = &pledge {
                 if server.promise.first_mismatch() {
+                    if let Some(cache) = &self.near_cache {
+                        cache.count_refused();
+                    }
                     x.note(Note::Warning(&format!(
                         "near cache: a connection to {} reached another server (run_id {read}) \
                          than its tracking connection (run_id {tracked}): a balancer behind \

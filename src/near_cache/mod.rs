@@ -253,9 +253,11 @@ impl NearCache {
         first
     }
 
-    /// A server refused what its tracking connection needs: counted; its
-    /// replies are never kept (its promise is never made), others' are.
-    pub(crate) fn tracking_refused(&self) {
+    /// A server cannot vouch for what it answers (it refused what its
+    /// tracking connection needs, or a balancer behind its location sends
+    /// reads elsewhere): counted; those replies are never kept, others'
+    /// are.
+    pub(crate) fn count_refused(&self) {
         self.stats.inc(Counter::NearCacheRefused);
     }
 

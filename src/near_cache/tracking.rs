@@ -258,7 +258,7 @@ impl Supervisor {
             followed.cache.voided(&followed.server.promise);
             if let Err(ended) = result {
                 if ended.refused && ended.text != followed.last_error {
-                    followed.cache.tracking_refused();
+                    followed.cache.count_refused();
                 }
                 report(&self.log, followed, ended.text);
             }

@@ -602,5 +602,11 @@ pub(crate) fn near_cache_counters(port: u16) -> Res<HashMap<&'static str, u64>> 
         .collect())
 }
 
-pub(crate) const NEAR_CACHE_COUNTERS: &[&str] =
-    &["hits", "misses", "invalidations", "evictions", "entries"];
+pub(crate) const NEAR_CACHE_COUNTERS: &[&str] = &[
+    "hits",
+    "misses",
+    "invalidations",
+    "evictions",
+    "entries",
+    "refused",
+];

@@ -240,6 +240,15 @@ pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> 
     })?;
     s.say(lag.into_inner().unwrap());
     s.check(served.1 > 0, || "the replica served no read".into());
+    // Behind the balancer, the replies of the server the tracking
+    // connection did not reach are not kept, and that is said once:
+    // logged and counted in `refused`. Listed, each server vouches for
+    // its own.
+    let refused = near_cache_counters(s.varnish.port)?["refused"];
+    let expected = u64::from(lagging == Lagging::Balanced);
+    s.check(refused == expected, || {
+        format!("ext.near_cache.refused {refused}, expected {expected}")
+    });
     if lagging == Lagging::Balanced {
         s.check(served.0 > 0, || "the master served no read".into());
     }
