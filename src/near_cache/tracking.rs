@@ -464,9 +464,15 @@ impl Session {
                     .map_err(|err| format!("heartbeat: {err}"))?;
                 next_beat = now + HEARTBEAT;
             }
-            let wait = next_beat
-                .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), SLICE);
+            // Waiting for an answer: until it comes (or a slice, for the
+            // stop flag and the give-up); else until the next heartbeat.
+            let wait = if self.asked.is_empty() {
+                next_beat
+                    .saturating_duration_since(Instant::now())
+                    .clamp(Duration::from_millis(1), SLICE)
+            } else {
+                SLICE
+            };
             match conn.receive(wait) {
                 // Pushes are arrays; the heartbeat's replies are strings.
                 Ok(reply @ Reply::Array(_)) => self.on_push(&reply),
