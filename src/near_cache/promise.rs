@@ -250,6 +250,20 @@ impl SlotSet {
         }
     }
 
+    /// The slots `first..=last` (those past the last slot left out), a
+    /// word at a time.
+    pub(crate) fn insert_range(&mut self, first: u16, last: u16) {
+        let (first, last) = (usize::from(first), usize::from(last).min(SLOTS - 1));
+        if first > last {
+            return;
+        }
+        for word in first / 64..=last / 64 {
+            let low = if word == first / 64 { first % 64 } else { 0 };
+            let high = if word == last / 64 { last % 64 } else { 63 };
+            self.0[word] |= (u64::MAX >> (63 - high)) & (u64::MAX << low);
+        }
+    }
+
     pub(crate) fn remove(&mut self, slot: u16) {
         let slot = usize::from(slot);
         if slot < SLOTS {
