@@ -122,6 +122,9 @@ impl Promise {
     /// Tracking is on (the server accepted it), seen from `identity`, a
     /// server with hash-field expiry or not.
     pub(crate) fn made(&self, identity: Option<Arc<str>>, field_expiry: bool) {
+        // The clock of the proofs starts by now: every heartbeat of this
+        // promise is sent later, so none is dated later than it was.
+        nanos(Instant::now());
         *self.identity.lock() = identity;
         self.field_expiry.store(field_expiry, Ordering::Release);
         // Made again without a break: what came before is void too.
@@ -250,6 +253,20 @@ impl SlotSet {
         }
     }
 
+    /// The slots `first..=last` (those past the last slot left out), a
+    /// word at a time.
+    pub(crate) fn insert_range(&mut self, first: u16, last: u16) {
+        let (first, last) = (usize::from(first), usize::from(last).min(SLOTS - 1));
+        if first > last {
+            return;
+        }
+        for word in first / 64..=last / 64 {
+            let low = if word == first / 64 { first % 64 } else { 0 };
+            let high = if word == last / 64 { last % 64 } else { 63 };
+            self.0[word] |= (u64::MAX >> (63 - high)) & (u64::MAX << low);
+        }
+    }
+
     pub(crate) fn remove(&mut self, slot: u16) {
         let slot = usize::from(slot);
         if slot < SLOTS {
@@ -323,6 +340,20 @@ mod tests {
         assert!(promise.pledge(Some("a"), None, later).is_err());
         promise.made(Some("a".into()), false);
         assert!(pledge.voided(), "made again is not the same promise");
+    }
+
+    /// A heartbeat answered late proves the promise from when it was
+    /// sent, not from when it came, even the first of the process (the
+    /// clock of the proofs starting then): a link that froze right after
+    /// it stops the hits within the bound. Run alone to be the first.
+    #[test]
+    fn a_late_answer_proves_from_when_its_heartbeat_was_sent() {
+        let promise = Arc::new(Promise::default());
+        promise.made(Some("a".into()), false);
+        let sent = Instant::now();
+        std::thread::sleep(PROOF_LASTS + Duration::from_millis(50));
+        promise.proven(sent);
+        assert!(!promise.is_proven(), "proven past the bound");
     }
 
     #[test]

@@ -634,7 +634,13 @@ pub(super) fn own_slots(reply: &Reply) -> Option<OwnSlots> {
     } else {
         Some(own)
     };
-    for field in served.map_or(&[][..], |fields| &fields[8..]) {
+    let fields = served.map_or(&[][..], |fields| &fields[8..]);
+    // A node names each slot once (and its own migrations): more is no
+    // node's line, and each field costs a pass.
+    if fields.len() > crate::cluster::SLOTS || own.len() - 8 > 2 * crate::cluster::SLOTS {
+        return None;
+    }
+    for field in fields {
         if field.starts_with('[') {
             continue;
         }
@@ -642,9 +648,7 @@ pub(super) fn own_slots(reply: &Reply) -> Option<OwnSlots> {
         let (Ok(first), Ok(last)) = (first.parse::<u16>(), last.parse::<u16>()) else {
             continue;
         };
-        for slot in first..=last.min(crate::cluster::SLOTS as u16 - 1) {
-            view.serves.insert(slot);
-        }
+        view.serves.insert_range(first, last);
     }
     // `[slot->-id]` (migrating) and `[slot-<-id]` (importing): only in
     // the node's own line, for a master.
@@ -740,6 +744,39 @@ mod tests {
         assert_eq!(served, [0, 1, 5]);
         let moving: Vec<u16> = (0..200).filter(|&s| view.migrating.contains(s)).collect();
         assert_eq!(moving, [2, 9]);
+    }
+
+    /// A hostile node's line, with thousands of ranges of every slot (a
+    /// real node names each slot once), is read in one pass per range
+    /// word, not per slot: its listener keeps up with its heartbeats and
+    /// stops when asked. More ranges than slots is no node's own line.
+    #[test]
+    fn a_line_of_many_whole_ranges_costs_little() {
+        let line = |ranges: usize| {
+            let mut text = "aaa 127.0.0.1:7000@17000 myself,master - 0 0 1 connected".to_string();
+            text.push_str(&" 0-65535".repeat(ranges));
+            nodes(&text)
+        };
+        let started = Instant::now();
+        let view = own_slots(&line(16_000)).expect("its own line");
+        assert!((0..crate::cluster::SLOTS as u16).all(|slot| view.serves.contains(slot)));
+        assert!(
+            own_slots(&line(100_000)).is_none(),
+            "more ranges than slots"
+        );
+        let edges = own_slots(&nodes(
+            "aaa 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 63-64 127-128 16383 9-8",
+        ))
+        .unwrap();
+        let served: Vec<u16> = (0..crate::cluster::SLOTS as u16)
+            .filter(|&s| edges.serves.contains(s))
+            .collect();
+        assert_eq!(served, [63, 64, 127, 128, 16383]);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "read in {:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
