@@ -126,6 +126,10 @@ impl Promise {
         // promise is sent later, so none is dated later than it was.
         nanos(Instant::now());
         *self.identity.lock() = identity;
+        // A new session: a read that reaches another server is said again
+        // (once per session: a restart seen before its tracking
+        // reconnects is said, a balancer is said again after a reconnect).
+        self.mismatch_said.store(false, Ordering::Relaxed);
         self.field_expiry.store(field_expiry, Ordering::Release);
         // Made again without a break: what came before is void too.
         self.step(|generation| generation + if generation % 2 == 0 { 1 } else { 2 });
@@ -139,8 +143,9 @@ impl Promise {
 
     /// Tracking is off (the connection ended): nothing read before is
     /// served, nor kept.
+    /// Broken already: nothing moves.
     pub(crate) fn broken(&self) {
-        self.step(|generation| generation + if generation % 2 == 1 { 1 } else { 2 });
+        self.step(|generation| generation + generation % 2);
         self.proven.store(0, Ordering::Release);
     }
 

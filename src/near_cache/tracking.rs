@@ -38,6 +38,7 @@ use super::{NearCache, Promise};
 use crate::config::Protocol;
 use crate::connection::{Connection, Connector, Failure, Limit};
 use crate::database::Database;
+use crate::error::{Retry, ServerError};
 use crate::protocol::Reply;
 use crate::server::{run_id, Server, INFO_SERVER};
 use crate::stats::Stats;
@@ -50,6 +51,13 @@ const HEARTBEAT: Duration = Duration::from_millis(50);
 /// No answer to a heartbeat for this long: the link is given up (and the
 /// promise broken, its entries dropped). Hits stopped long before.
 const GIVE_UP: Duration = Duration::from_secs(3);
+/// A cluster node's heartbeat asks its slots (`CLUSTER NODES`) one time in
+/// this many: a slot it loses is seen within 4 x [`HEARTBEAT`] (200 ms).
+const SLOTS_EVERY: u64 = 4;
+/// Listeners connecting at once, at most: servers that swallow packets
+/// (each connect waits out [`WAIT`]) are tried this many at a time, and
+/// do not delay the others by more than a few waits.
+const CONNECTING: usize = 8;
 /// Bound of a connect, and of each reply while a session starts.
 const WAIT: Duration = Duration::from_millis(500);
 /// The first pause before a server is tried again.
@@ -149,11 +157,14 @@ struct Followed {
     last_error: String,
 }
 
-/// One server's listener thread.
+/// One server's listener thread: it connects, then keeps the session.
 struct Listener {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<(), Ended>>,
-    started: Instant,
+    /// Connected (not counted among the connects in progress).
+    connected: Arc<AtomicBool>,
+    /// How long the session lasted (`None`: it never began), and why it
+    /// ended.
+    thread: JoinHandle<(Option<Duration>, Result<(), Ended>)>,
 }
 
 struct Supervisor {
@@ -176,10 +187,7 @@ impl Supervisor {
             self.follow(databases);
             let keys: Vec<*const Promise> = self.followed.keys().copied().collect();
             for key in keys {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                self.tend(key, stop);
+                self.tend(key);
             }
             std::thread::sleep(SLICE);
         }
@@ -188,9 +196,23 @@ impl Supervisor {
                 listener.stop.store(true, Ordering::Relaxed);
             }
         }
-        // Stopped together: each ends within a slice.
+        // Stopped together: each ends within a slice. Each cache is
+        // emptied once, not swept once per server.
+        let mut caches: Vec<Arc<NearCache>> = Vec::new();
         for (_, followed) in self.followed.drain() {
-            unfollow(followed);
+            if !caches
+                .iter()
+                .any(|cache| Arc::ptr_eq(cache, &followed.cache))
+            {
+                caches.push(followed.cache.clone());
+            }
+            if let Some(listener) = followed.listener {
+                let _ = listener.thread.join();
+            }
+            followed.server.promise.broken();
+        }
+        for cache in caches {
+            cache.clear();
         }
     }
 
@@ -233,12 +255,23 @@ impl Supervisor {
             }
         }
         for followed in gone {
-            unfollow(followed);
+            if let Some(listener) = followed.listener {
+                let _ = listener.thread.join();
+            }
+            followed.server.promise.broken();
+            followed.cache.voided(&followed.server.promise);
         }
     }
 
-    /// Joins a listener that ended, and opens a session when it is time.
-    fn tend(&mut self, key: *const Promise, stop: &AtomicBool) {
+    /// Joins a listener that ended, and starts one when it is time and
+    /// fewer than [`CONNECTING`] connects are in progress.
+    fn tend(&mut self, key: *const Promise) {
+        let connecting = self
+            .followed
+            .values()
+            .filter_map(|followed| followed.listener.as_ref())
+            .filter(|listener| !listener.connected.load(Ordering::Acquire))
+            .count();
         let Some(followed) = self.followed.get_mut(&key) else {
             return;
         };
@@ -249,11 +282,12 @@ impl Supervisor {
             .is_some_and(|listener| listener.thread.is_finished());
         if ended {
             let listener = followed.listener.take().expect("just seen");
-            let served = listener.started.elapsed();
-            let result = listener
+            let (served, result) = listener
                 .thread
                 .join()
-                .unwrap_or_else(|_| Err("the listener panicked".to_string().into()));
+                .unwrap_or_else(|_| (None, Err("the listener panicked".to_string().into())));
+            // The session broke its promise as it ended (unless it
+            // panicked): done again, harmless.
             followed.server.promise.broken();
             followed.cache.voided(&followed.server.promise);
             if let Err(ended) = result {
@@ -262,35 +296,19 @@ impl Supervisor {
                 }
                 report(&self.log, followed, ended.text);
             }
-            followed.next_try = now + followed.backoff.after(Some(served), jitter());
+            followed.next_try = now + followed.backoff.after(served, jitter());
         }
-        if followed.listener.is_some() || now < followed.next_try {
+        if followed.listener.is_some() || now < followed.next_try || connecting >= CONNECTING {
             return;
         }
-        match open(followed, stop) {
-            Ok(conn) => match spawn(followed, conn) {
-                Ok(listener) => followed.listener = Some(listener),
-                Err(err) => {
-                    report(&self.log, followed, format!("cannot start a thread: {err}"));
-                    followed.next_try = now + followed.backoff.after(None, jitter());
-                }
-            },
+        match spawn(followed) {
+            Ok(listener) => followed.listener = Some(listener),
             Err(err) => {
-                report(&self.log, followed, err);
-                followed.next_try = Instant::now() + followed.backoff.after(None, jitter());
+                report(&self.log, followed, format!("cannot start a thread: {err}"));
+                followed.next_try = now + followed.backoff.after(None, jitter());
             }
         }
     }
-}
-
-/// A server no longer followed: its listener joined (stopped already),
-/// its promise broken, what it gave dropped.
-fn unfollow(followed: Followed) {
-    if let Some(listener) = followed.listener {
-        let _ = listener.thread.join();
-    }
-    followed.server.promise.broken();
-    followed.cache.voided(&followed.server.promise);
 }
 
 /// Logged once per kind of failure, not on every retry.
@@ -305,9 +323,11 @@ fn report(log: &Logger, followed: &mut Followed, err: String) {
     }
 }
 
-/// A tracking connection to the server of `followed`, within [`WAIT`]
-/// (ended early by `stop`).
-fn open(followed: &Followed, stop: &AtomicBool) -> Result<Connection, String> {
+/// A listener for the server of `followed`: it connects within [`WAIT`]
+/// (ended early by its stop flag), then tracks.
+fn spawn(followed: &Followed) -> std::io::Result<Listener> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let connected = Arc::new(AtomicBool::new(false));
     let config = followed.db.config();
     let connector = Connector::new(
         followed.server.location(),
@@ -317,13 +337,6 @@ fn open(followed: &Followed, stop: &AtomicBool) -> Result<Connection, String> {
         Some(WAIT),
         config.tls.clone(),
     );
-    connector
-        .connect_by(&Stats::default(), Limit::within(Some(WAIT)).or_stop(stop))
-        .map_err(|err| err.to_string())
-}
-
-fn spawn(followed: &Followed, conn: Connection) -> std::io::Result<Listener> {
-    let stop = Arc::new(AtomicBool::new(false));
     let session = Session {
         cache: followed.cache.clone(),
         promise: followed.server.promise.clone(),
@@ -332,14 +345,29 @@ fn spawn(followed: &Followed, conn: Connection) -> std::io::Result<Listener> {
         asked: VecDeque::new(),
         replication: None,
         migrating: SlotSet::default(),
+        beats: 0,
     };
+    let flag = connected.clone();
     let thread = std::thread::Builder::new()
         .name("redis-tracking".into())
-        .spawn(move || session.run(conn))?;
+        .spawn(move || {
+            let opened = connector
+                .connect_by(&Stats::default(), session.limit())
+                .map_err(|err| Ended::from(err.to_string()));
+            flag.store(true, Ordering::Release);
+            match opened {
+                Ok(conn) => {
+                    let began = Instant::now();
+                    let result = session.run(conn);
+                    (Some(began.elapsed()), result)
+                }
+                Err(ended) => (None, Err(ended)),
+            }
+        })?;
     Ok(Listener {
         stop,
+        connected,
         thread,
-        started: Instant::now(),
     })
 }
 
@@ -396,6 +424,8 @@ struct Session {
     /// The slots this node is migrating or importing (counted in the
     /// cache while the session lasts).
     migrating: SlotSet,
+    /// Heartbeats sent.
+    beats: u64,
 }
 
 impl Session {
@@ -409,8 +439,11 @@ impl Session {
 
     fn run(mut self, mut conn: Connection) -> Result<(), Ended> {
         let result = self.track(&mut conn);
-        // Whatever ended it: no slot is being moved by this node any
-        // more, as far as this session can tell.
+        // Whatever ended it, at once (not when the supervisor comes by):
+        // the promise is broken, and no slot is being moved by this node
+        // any more, as far as this session can tell.
+        self.promise.broken();
+        self.cache.voided(&self.promise);
         let migrating = std::mem::take(&mut self.migrating);
         self.cache.set_migrating(&migrating, &SlotSet::default());
         result
@@ -453,10 +486,14 @@ impl Session {
                     return Err(format!("no answer to the heartbeat within {GIVE_UP:?}").into());
                 }
             } else if now >= next_beat {
+                // A cluster node's slots are asked every
+                // [`SLOTS_EVERY`]th heartbeat: its `CLUSTER NODES` reply
+                // grows with the cluster.
+                let slots = self.cluster && self.beats % SLOTS_EVERY == 0;
+                self.beats += 1;
                 let mut beat = INFO_REPLICATION.to_vec();
-                self.asked
-                    .push_back((Asked::Replication, now, !self.cluster));
-                if self.cluster {
+                self.asked.push_back((Asked::Replication, now, !slots));
+                if slots {
                     beat.extend_from_slice(CLUSTER_NODES);
                     self.asked.push_back((Asked::Nodes, now, true));
                 }
@@ -477,8 +514,18 @@ impl Session {
                 // Pushes are arrays; the heartbeat's replies are strings.
                 Ok(reply @ Reply::Array(_)) => self.on_push(&reply),
                 // An error reply answers a heartbeat (pushes are arrays):
-                // `INFO` or `CLUSTER NODES` refused to this user.
-                Ok(Reply::Error(text)) => return Err(Ended::refused("the heartbeat", &text)),
+                // `INFO` or `CLUSTER NODES` refused to this user, or a
+                // server busy (`BUSY`, `LOADING`: not a refusal).
+                Ok(Reply::Error(text)) => {
+                    return Err(match ServerError::of(&text).retry() {
+                        Retry::Refused => Ended::refused("the heartbeat", &text),
+                        _ => format!(
+                            "the heartbeat: {}",
+                            crate::connection::loggable_error(&text)
+                        )
+                        .into(),
+                    })
+                }
                 Ok(reply) => self.on_answer(&reply)?,
                 Err(Failure::Timeout) => {}
                 Err(err) => return Err(format!("tracking connection: {err}").into()),
