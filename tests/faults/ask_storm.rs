@@ -72,12 +72,7 @@ pub(crate) fn s14_ask_storm(mode: Mode) -> Result<(), Failed> {
     s.say(format!(
         "servers (server_list): {servers_before} before, {servers_after} after (bound: the map's + {LEARNT_BOUND})"
     ));
-    s.say(format!("child before: {before}"));
-    s.say(format!(
-        "child peak during the storm: threads {}, fds {}",
-        peak.threads, peak.fds
-    ));
-    s.say(format!("child after: {after}"));
+    s.say_child(&before, &peak, "during the storm", &after);
     s.say(format!(
         "connects to the fake nodes: {storm_connects} during the storm ({:.0}/s), {:.1}/s at rest after it",
         storm_connects as f64 / storm_secs,

@@ -130,12 +130,7 @@ pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
     s.say(format!(
         "servers (server_list): {servers_before} before, {servers_after} after the map grew"
     ));
-    s.say(format!("child before: {before}"));
-    s.say(format!(
-        "child peak: threads {}, fds {}",
-        peak.threads, peak.fds
-    ));
-    s.say(format!("child after: {after}"));
+    s.say_child(&before, &peak, "over the run", &after);
     s.say(format!(
         "connects to the dead nodes: {connects} ({whole:.0}/s over the run, {steady:.0}/s over the last {} s); per second: {}",
         STEADY.as_secs(),
