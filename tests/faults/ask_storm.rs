@@ -6,8 +6,6 @@
 //! `type = cluster` and `near_cache` on: the servers the database holds,
 //! the child's threads and fds stay within the bound on learnt servers.
 use super::*;
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 /// Requests, each redirected to a new address.
 const REQUESTS: usize = 200;
@@ -21,7 +19,7 @@ const LEARNT_BOUND: usize = 16;
 pub(crate) fn s14_ask_storm(mode: Mode) -> Result<(), Failed> {
     let name = format!("s14-ask-storm-{}", mode.name());
     let dir = support::trial_dir(&name)?;
-    let fakes = FakeNodes::start(REQUESTS)?;
+    let fakes = FakeNodes::start(REQUESTS, Others::AskTargets)?;
     let mut db = DbSpec::new("db", mode);
     db.cluster = true;
     db.near_cache = 1_048_576;
@@ -74,12 +72,7 @@ pub(crate) fn s14_ask_storm(mode: Mode) -> Result<(), Failed> {
     s.say(format!(
         "servers (server_list): {servers_before} before, {servers_after} after (bound: the map's + {LEARNT_BOUND})"
     ));
-    s.say(format!("child before: {before}"));
-    s.say(format!(
-        "child peak during the storm: threads {}, fds {}",
-        peak.threads, peak.fds
-    ));
-    s.say(format!("child after: {after}"));
+    s.say_child(&before, &peak, "during the storm", &after);
     s.say(format!(
         "connects to the fake nodes: {storm_connects} during the storm ({:.0}/s), {:.1}/s at rest after it",
         storm_connects as f64 / storm_secs,
@@ -148,162 +141,10 @@ pub(crate) fn s14_ask_storm(mode: Mode) -> Result<(), Failed> {
 
 /// The servers the database `db` holds (`server_list` of its extended
 /// stats).
-fn server_count(port: u16) -> Res<usize> {
+pub(crate) fn server_count(port: u16) -> Res<usize> {
     let resp = http_get(port, "/db/server-list").map_err(|e| format!("server-list: {e}"))?;
     if resp.status != 200 {
         return Err(format!("server-list: status {}", resp.status));
     }
     Ok(resp.body.matches("\"location\":").count())
-}
-
-/// Fake cluster nodes on 127.0.0.1: the seed, which owns every slot and
-/// answers each `GET` with an `ASK` to the next target, and the targets,
-/// which answer as an empty Redis does. One thread accepts for all; one
-/// per connection serves it, until the nodes are dropped.
-struct FakeNodes {
-    seed_port: u16,
-    connects: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<thread::JoinHandle<()>>,
-}
-
-/// What a fake node is.
-#[derive(Clone)]
-enum FakeNode {
-    /// `port`: its own; `targets`: where its `ASK`s send, `next` the
-    /// next one.
-    Seed {
-        port: u16,
-        targets: Arc<Vec<u16>>,
-        next: Arc<AtomicUsize>,
-    },
-    Target,
-}
-
-impl FakeNodes {
-    fn start(targets: usize) -> Res<FakeNodes> {
-        let bind = || -> Res<(TcpListener, u16)> {
-            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-            Ok((listener, port))
-        };
-        let (seed, seed_port) = bind()?;
-        let mut listeners = Vec::new();
-        let mut ports = Vec::new();
-        for _ in 0..targets {
-            let (listener, port) = bind()?;
-            listeners.push((listener, FakeNode::Target));
-            ports.push(port);
-        }
-        let node = FakeNode::Seed {
-            port: seed_port,
-            targets: Arc::new(ports),
-            next: Arc::new(AtomicUsize::new(0)),
-        };
-        listeners.push((seed, node));
-        let stop = Arc::new(AtomicBool::new(false));
-        let connects = Arc::new(AtomicU64::new(0));
-        let (flag, count) = (stop.clone(), connects.clone());
-        let acceptor = thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let mut accepted = false;
-                for (listener, node) in &listeners {
-                    if let Ok((stream, _)) = listener.accept() {
-                        accepted = true;
-                        count.fetch_add(1, Ordering::Relaxed);
-                        let (node, stop) = (node.clone(), flag.clone());
-                        thread::spawn(move || serve(stream, &node, &stop));
-                    }
-                }
-                if !accepted {
-                    thread::sleep(Duration::from_millis(2));
-                }
-            }
-        });
-        Ok(FakeNodes {
-            seed_port,
-            connects,
-            stop,
-            acceptor: Some(acceptor),
-        })
-    }
-
-    /// Connections accepted so far, by all the nodes.
-    fn connects(&self) -> u64 {
-        self.connects.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for FakeNodes {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
-        }
-    }
-}
-
-/// Answers the commands of one connection until it closes or `stop`.
-fn serve(stream: TcpStream, node: &FakeNode, stop: &AtomicBool) {
-    let setup = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(Duration::from_millis(100))))
-        .and_then(|()| stream.try_clone());
-    let Ok(mut writer) = setup else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    while !stop.load(Ordering::Relaxed) {
-        let command = match support::read_value(&mut reader) {
-            Ok(command) => command,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
-            Err(_) => return,
-        };
-        let args: Vec<&str> = command
-            .items()
-            .iter()
-            .map(|arg| arg.text().unwrap_or_default())
-            .collect();
-        if writer.write_all(node.answer(&args).as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
-impl FakeNode {
-    /// The reply to `args`, packed.
-    fn answer(&self, args: &[&str]) -> String {
-        let word = |at: usize| {
-            args.get(at)
-                .map_or(String::new(), |w| w.to_ascii_uppercase())
-        };
-        let info = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n";
-        match (word(0).as_str(), word(1).as_str(), self) {
-            // HELLO 3 of the tracking connection: any reply but an error.
-            ("HELLO", _, _) => "*0\r\n".into(),
-            ("PING", _, _) => "+PONG\r\n".into(),
-            ("ASKING" | "READONLY", _, _) | ("CLIENT", "TRACKING", _) => "+OK\r\n".into(),
-            ("INFO", _, _) => format!("${}\r\n{info}\r\n", info.len()),
-            ("PTTL", _, _) => ":-2\r\n".into(),
-            ("CLUSTER", "SLOTS", FakeNode::Seed { port, .. }) => {
-                format!("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n")
-            }
-            ("GET", _, FakeNode::Seed { targets, next, .. }) => {
-                let slot = crc16(args.get(1).unwrap_or(&"").as_bytes()) % 16384;
-                let at = next.fetch_add(1, Ordering::Relaxed) % targets.len();
-                format!("-ASK {slot} 127.0.0.1:{}\r\n", targets[at])
-            }
-            ("GET", _, FakeNode::Target) => "$-1\r\n".into(),
-            // CLUSTER SHARDS too: the map is read with CLUSTER SLOTS.
-            _ => "-ERR unknown command\r\n".into(),
-        }
-    }
 }

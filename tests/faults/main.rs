@@ -168,6 +168,15 @@
 //!   of before, every `ASK` counted, 2 to one a second of discoveries
 //!   (an `ASK` to a node the map does not name asks for the map). Says
 //!   the connects a second to the fake nodes, during the storm and after.
+//! * `s15.dead-nodes.{private,shared}` (`dead_nodes.rs`, the fake nodes of
+//!   `fake_nodes.rs`): a fake seed's map grows (a `MOVED`) to 300 dead
+//!   masters that accept and close at once; `near_cache` on, a password;
+//!   for 12 s a client reads keys of the seed and of 8 dead masters: the
+//!   child's threads within 10 and fds within 20 of before, under 150
+//!   connects a second to the dead nodes over the last 4 s, the seed's
+//!   keys answered, no read past `command_bound`. Says the connects a
+//!   second (each second, whole run, last 4 s) and the `AUTH`s the dead
+//!   nodes read.
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -207,7 +216,9 @@ mod cluster;
 mod cluster_failover;
 mod cluster_resharding;
 mod cluster_trial;
+mod dead_nodes;
 mod failover_writes;
+mod fake_nodes;
 mod freeze;
 mod http;
 mod kill_restart;
@@ -243,7 +254,9 @@ use ask_storm::*;
 use cluster_failover::*;
 use cluster_resharding::*;
 use cluster_trial::*;
+use dead_nodes::*;
 use failover_writes::*;
+use fake_nodes::*;
 use freeze::*;
 use http::*;
 use kill_restart::*;
@@ -394,6 +407,12 @@ fn main() {
         trials.push(Trial::test(
             format!("s14.ask-storm.{}", mode.name()),
             move || s14_ask_storm(mode),
+        ));
+    }
+    for mode in [Mode::Private, Mode::Shared] {
+        trials.push(Trial::test(
+            format!("s15.dead-nodes.{}", mode.name()),
+            move || s15_dead_nodes(mode),
         ));
     }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));

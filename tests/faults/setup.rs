@@ -154,6 +154,23 @@ impl Setup {
         println!("[{}] {}", self.name, line.as_ref());
     }
 
+    /// Says the child's figures `before`, their `peak` (threads and fds)
+    /// `during` what, and `after`.
+    pub(crate) fn say_child(
+        &self,
+        before: &Snapshot,
+        peak: &Snapshot,
+        during: &str,
+        after: &Snapshot,
+    ) {
+        self.say(format!("child before: {before}"));
+        self.say(format!(
+            "child peak {during}: threads {}, fds {}",
+            peak.threads, peak.fds
+        ));
+        self.say(format!("child after: {after}"));
+    }
+
     /// Says which request was the slowest, against `bound`.
     pub(crate) fn say_worst(&self, report: &Report, bound: Duration) {
         if let Some(w) = report.samples.iter().max_by_key(|x| x.latency_us) {

@@ -36,6 +36,8 @@ pub(crate) struct DbSpec {
     pub(crate) cluster: bool,
     /// [ext] `near_cache` bytes (0: off).
     pub(crate) near_cache: u64,
+    /// `password` (empty: none).
+    pub(crate) password: &'static str,
 }
 
 impl DbSpec {
@@ -50,6 +52,7 @@ impl DbSpec {
             sickness_ttl: 1,
             cluster: false,
             near_cache: 0,
+            password: "",
         }
     }
 
@@ -70,7 +73,7 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{}{});\n",
             db.name,
             if db.cluster { "cluster" } else { "master" },
             db.mode.shared(),
@@ -88,6 +91,11 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
                 format!(", near_cache = {}", db.near_cache)
             } else {
                 String::new()
+            },
+            if db.password.is_empty() {
+                String::new()
+            } else {
+                format!(", password = \"{}\"", db.password)
             }
         ));
     }

@@ -1,0 +1,253 @@
+//! Scenario 15: a cluster map of 300 dead masters. A fake seed (the fake
+//! nodes of `fake_nodes.rs`) owns every slot at first; then its map gives
+//! it a few slots and the rest to 300 masters, each a listener that
+//! accepts and closes at once, and a `MOVED` makes varnishd read that
+//! map. `type = cluster`, `near_cache` on, a password (so `AUTH` would go
+//! on every tracking connect). For 12 s a client reads keys of the seed
+//! and of a few dead masters through varnishd: the child's threads and
+//! fds stay within a small margin of before (no thread per dead node),
+//! the connects a second to the dead nodes stay bounded (the tracking
+//! connections' back-off), the seed's keys are answered and no request
+//! takes longer than the timeouts.
+use super::*;
+
+/// Dead masters in the map.
+const DEAD: usize = 300;
+/// Length of the run once the map names them.
+const RUN: Duration = Duration::from_secs(12);
+/// The end of the run over which connects a second are bounded: the
+/// back-off (200 ms doubling to 10 s, with jitter) has grown by then.
+const STEADY: Duration = Duration::from_secs(4);
+/// Connects a second to all the dead nodes over [`STEADY`]: one per node
+/// per 10 s is 30/s once every back-off is at its cap, one per node per
+/// 2 s would still pass; one per node per 200 ms (1,500/s) fails.
+const STEADY_BOUND: f64 = 150.0;
+/// Threads of the child beyond those before the map grew.
+const THREAD_MARGIN: u64 = 10;
+/// Fds of the child beyond those before the map grew.
+const FD_MARGIN: usize = 20;
+/// Keys of dead masters read, each on a different one.
+const DEAD_KEYS: usize = 8;
+/// Keys of the seed read.
+const SEED_KEYS: usize = 4;
+/// Between two reads.
+const PACE: Duration = Duration::from_millis(50);
+
+/// One read of the client.
+struct Read {
+    key: String,
+    /// Of a key the seed owns.
+    seed: bool,
+    status: u16,
+    /// `x-r`.
+    outcome: String,
+    took: Duration,
+}
+
+pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
+    let name = format!("s15-dead-nodes-{}", mode.name());
+    let dir = support::trial_dir(&name)?;
+    let fakes = FakeNodes::start(DEAD, Others::DeadMasters)?;
+    let mut db = DbSpec::new("db", mode);
+    db.cluster = true;
+    db.near_cache = 1_048_576;
+    db.password = "x";
+    let so = support::vmod_so()?;
+    // The trial's Redis is not used by the VCL: the seed is the fake.
+    let redis = Redis::start(&dir)?;
+    let text = vcl(&so, fakes.seed_port, std::slice::from_ref(&db), "boot");
+    let redis_port = redis.port;
+    let mut s = Setup::with_vcl(&name, &dir, redis, &text, &[redis_port])?;
+    let keys = keys(&fakes);
+    // The seed's tracking started, the pool warm.
+    thread::sleep(Duration::from_secs(1));
+    let servers_before = server_count(s.varnish.port)?;
+    let before = s.snapshot();
+    fakes.grow();
+    let started = Instant::now();
+    let connects_before = fakes.other_connects();
+    let auths_before = fakes.auths();
+    let port = s.varnish.port;
+    let client = thread::spawn(move || read_for(port, &keys, started + RUN));
+    let mut peak = before;
+    // (since the start, connects to the dead nodes so far)
+    let mut samples = vec![(Duration::ZERO, connects_before)];
+    while started.elapsed() < RUN {
+        thread::sleep(Duration::from_millis(250));
+        let now = s.snapshot();
+        peak.threads = peak.threads.max(now.threads);
+        peak.fds = peak.fds.max(now.fds);
+        samples.push((started.elapsed(), fakes.other_connects()));
+    }
+    let reads = client
+        .join()
+        .map_err(|_| "the client panicked".to_string())??;
+    let after = s.snapshot();
+    let servers_after = server_count(s.varnish.port)?;
+    let connects = fakes.other_connects() - connects_before;
+    let auths = fakes.auths() - auths_before;
+    let rate = |from: Duration, to: Duration| {
+        let at = |t: Duration| {
+            samples
+                .iter()
+                .rev()
+                .find(|(when, _)| *when <= t)
+                .copied()
+                .unwrap_or(samples[0])
+        };
+        let ((t0, c0), (t1, c1)) = (at(from), at(to));
+        (c1 - c0) as f64 / (t1 - t0).as_secs_f64().max(0.001)
+    };
+    let end = samples.last().map_or(RUN, |(when, _)| *when);
+    let whole = rate(Duration::ZERO, end);
+    let steady = rate(end.saturating_sub(STEADY), end);
+    let per_second: Vec<String> = (0..end.as_secs())
+        .map(|t| {
+            format!(
+                "{:.0}",
+                rate(Duration::from_secs(t), Duration::from_secs(t + 1))
+            )
+        })
+        .collect();
+    let bound = db.command_bound();
+    let slow: Vec<&Read> = reads.iter().filter(|read| read.took > bound).collect();
+    let seed_not_answered: Vec<&Read> = reads
+        .iter()
+        .filter(|read| read.seed && (read.status != 200 || read.outcome != "r1"))
+        .collect();
+    let dead_outcomes = reads.iter().filter(|read| !read.seed).fold(
+        HashMap::<&str, usize>::new(),
+        |mut seen, read| {
+            *seen.entry(read.outcome.as_str()).or_default() += 1;
+            seen
+        },
+    );
+    let worst = reads.iter().map(|read| read.took).max().unwrap_or_default();
+    s.say(format!(
+        "{DEAD} dead masters in the map (each accepts and closes), password set, near_cache on, {:.1} s",
+        end.as_secs_f64()
+    ));
+    s.say(format!(
+        "servers (server_list): {servers_before} before, {servers_after} after the map grew"
+    ));
+    s.say_child(&before, &peak, "over the run", &after);
+    s.say(format!(
+        "connects to the dead nodes: {connects} ({whole:.0}/s over the run, {steady:.0}/s over the last {} s); per second: {}",
+        STEADY.as_secs(),
+        per_second.join(" ")
+    ));
+    s.say(format!(
+        "AUTH read by the dead nodes: {auths} on {connects} connects"
+    ));
+    s.say(format!(
+        "{} reads (seed's keys and {DEAD_KEYS} dead masters' keys), worst {worst:?}; dead masters' keys answered {dead_outcomes:?}",
+        reads.len()
+    ));
+    s.check(servers_before == 1, || {
+        format!("{servers_before} servers before the map grew, want the seed alone")
+    });
+    s.check(servers_after == DEAD + 1, || {
+        format!(
+            "{servers_after} servers after the map grew, want {}",
+            DEAD + 1
+        )
+    });
+    let thread_bound = before.threads + THREAD_MARGIN;
+    s.check(peak.threads <= thread_bound, || {
+        format!(
+            "child threads: {} before, peak {} (bound {thread_bound}: no thread per dead node)",
+            before.threads, peak.threads
+        )
+    });
+    s.check(after.threads <= thread_bound, || {
+        format!(
+            "child threads: {} before, {} after (bound {thread_bound})",
+            before.threads, after.threads
+        )
+    });
+    let fd_bound = before.fds + FD_MARGIN;
+    s.check(peak.fds <= fd_bound && after.fds <= fd_bound, || {
+        format!(
+            "child fds: {} before, peak {}, {} after (bound {fd_bound})",
+            before.fds, peak.fds, after.fds
+        )
+    });
+    s.check(steady < STEADY_BOUND, || {
+        format!(
+            "{steady:.0} connects/s to the dead nodes over the last {} s, bound {STEADY_BOUND}",
+            STEADY.as_secs()
+        )
+    });
+    s.check(slow.is_empty(), || {
+        let some: Vec<String> = slow
+            .iter()
+            .take(10)
+            .map(|read| format!("{} {:?}", read.key, read.took))
+            .collect();
+        format!("{} reads took longer than {bound:?}: {some:?}", slow.len())
+    });
+    s.check(seed_not_answered.is_empty(), || {
+        let some: Vec<String> = seed_not_answered
+            .iter()
+            .take(10)
+            .map(|read| format!("{} {} {}", read.key, read.status, read.outcome))
+            .collect();
+        format!(
+            "{} reads of the seed's keys not answered r1: {some:?}",
+            seed_not_answered.len()
+        )
+    });
+    // The fake nodes go after the error log is read.
+    let result = s.finish();
+    drop(fakes);
+    result
+}
+
+/// The keys read (without the VCL's `fault:` prefix), with whether the
+/// seed owns them: [`SEED_KEYS`] of the seed, [`DEAD_KEYS`] each of a
+/// different dead master.
+fn keys(fakes: &FakeNodes) -> Vec<(String, bool)> {
+    let mut keys = Vec::new();
+    let mut owners = Vec::new();
+    let (mut seed, mut dead) = (0, 0);
+    for i in 0.. {
+        if seed == SEED_KEYS && dead == DEAD_KEYS {
+            break;
+        }
+        let key = format!("k{i}");
+        let owner = fakes.owner(crc16(format!("fault:{key}").as_bytes()) % 16384);
+        if owner == fakes.seed_port && seed < SEED_KEYS {
+            seed += 1;
+            keys.push((key, true));
+        } else if owner != fakes.seed_port && dead < DEAD_KEYS && !owners.contains(&owner) {
+            dead += 1;
+            owners.push(owner);
+            keys.push((key, false));
+        }
+    }
+    keys
+}
+
+/// Reads `keys` in turn through varnishd on `port`, one every [`PACE`],
+/// until `until`.
+fn read_for(port: u16, keys: &[(String, bool)], until: Instant) -> Res<Vec<Read>> {
+    let mut conn = connect(port, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
+    let mut reads = Vec::new();
+    for (key, seed) in keys.iter().cycle() {
+        if Instant::now() >= until {
+            break;
+        }
+        let sent = Instant::now();
+        let resp =
+            request(&mut conn, &format!("/db/get/{key}")).map_err(|e| format!("GET {key}: {e}"))?;
+        reads.push(Read {
+            key: key.clone(),
+            seed: *seed,
+            status: resp.status,
+            outcome: resp.headers.get("x-r").cloned().unwrap_or_default(),
+            took: sent.elapsed(),
+        });
+        thread::sleep(PACE);
+    }
+    Ok(reads)
+}
