@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use super::hold::Waited;
 use super::lease::{Lease, Pinned, TaskConnection};
+use super::near::{Looked, Served};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
-use crate::near_cache::{hash_read, Filled, HashRead, Lookup, Pledge, Unpledged};
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -48,20 +48,8 @@ pub(super) struct Execution<'x> {
     /// Routing and connection decisions for `debug=true`, and warnings.
     pub(super) debug: &'x mut dyn FnMut(Note),
     /// [ext] A near-cache fill waits for this reply: [`Database::settle`]
-    /// notes the promise of the server that gave it, if it holds, and
-    /// whether it is a master.
+    /// notes what it needs (`near.rs`).
     pub(super) served: Option<Served>,
-}
-
-/// Of the server that gave a reply a near cache may keep.
-#[derive(Clone, Default)]
-pub(super) struct Served {
-    /// Its promise to report changes, as it held when the reply came
-    /// (`None`: it did not, or the connection reached another server).
-    pub(super) pledge: Option<Pledge>,
-    pub(super) master: bool,
-    /// Cluster: the slot of the command's keys.
-    pub(super) slot: Option<u16>,
 }
 
 impl Execution<'_> {
@@ -136,23 +124,7 @@ impl Database {
             self.stats.inc(Counter::CommandsFailed);
             return Err(err);
         }
-        // [ext] A reply the near cache keeps is served with no round trip,
-        // and a miss may fill it: never for a task that owns state on the
-        // server (`MULTI`, `WATCH`... see `Session::owns_state`), nor once
-        // the cache is off (`NearCache::works`).
         let in_multi = task.session.in_multi();
-        let near_cache = self
-            .near_cache
-            .as_ref()
-            .filter(|cache| !task.session.owns_state() && cache.works());
-        let fill = match near_cache.and_then(|cache| {
-            let keys = found.cached_keys(command)?;
-            Some(cache.lookup(&keys, command.body(), master))
-        }) {
-            Some(Lookup::Hit(reply)) => return Ok(reply),
-            Some(Lookup::Miss(fill)) => fill,
-            None => None,
-        };
         let x = &mut Execution {
             command,
             found,
@@ -163,8 +135,16 @@ impl Database {
             deadline,
             task,
             debug,
-            served: fill.is_some().then(Served::default),
+            served: None,
         };
+        // [ext] A reply the near cache keeps is served with no round trip.
+        let fill = match self.near_lookup(x) {
+            Looked::Hit(reply) => return Ok(reply),
+            Looked::Miss(fill) => fill,
+        };
+        if fill.is_some() {
+            x.served = Some(Served::default());
+        }
         let result = if let Some(pinned) = x.task.pinned.take() {
             self.execute_pinned(x, pinned)
         } else if let Some(cluster) = &self.cluster {
@@ -172,143 +152,8 @@ impl Database {
         } else {
             self.execute_standalone(x)
         };
-        if let (Some(cache), Some(fill)) = (near_cache, fill) {
-            let filled = match (&result, x.served.take()) {
-                (
-                    Ok(reply),
-                    Some(Served {
-                        pledge: Some(pledge),
-                        master,
-                        slot,
-                    }),
-                ) if !matches!(reply, Reply::Error(_)) => {
-                    let fields = pledge.field_expiry();
-                    self.expiry_of(fill.keys(), fields, x)
-                        .map(|expires| Filled {
-                            reply,
-                            from_master: master,
-                            expires,
-                            pledge,
-                            slot,
-                        })
-                }
-                _ => None,
-            };
-            cache.complete(fill, filled);
-        } else if let Some(cache) = &self.near_cache {
-            let name = x.command.name();
-            let ended = (name.eq_ignore_ascii_case(b"EXEC")
-                || name.eq_ignore_ascii_case(b"DISCARD"))
-                && in_multi;
-            let task = &mut *x.task;
-            let (queued, ended) = match (in_multi, ended) {
-                (_, true) => (None, Some(&mut task.queued_writes)),
-                (true, false) => (Some(&mut task.queued_writes), None),
-                (false, false) => (None, None),
-            };
-            cache.forget_written(x.found.written_keys(x.command), queued, ended);
-        }
+        self.near_after(x, fill, &result, in_multi);
         result
-    }
-
-    /// [ext] When the first of `keys`, just read for the near cache,
-    /// expires: their `PTTL`s, asked next, one by one (bounded by what is
-    /// left of the execution's deadline, no retry), counted as any
-    /// command; on a server whose hash fields expire on their own
-    /// (`fields`), the `HPTTL` of the fields a hash read names too (a
-    /// read of the whole hash is not kept there). `Some(None)`: none has
-    /// a TTL (or is there); `None`: unknown, so not kept.
-    ///
-    /// Each `PTTL` is a command of its own, never one of the user's
-    /// stream: a fill is only for a task that owns no state on the server
-    /// (see `execute`), so the task keeps no connection (none is held
-    /// back either: no Cluster `MULTI`) and the `PTTL` takes a lease of
-    /// its own, as the read did. A private or pooled connection carries
-    /// one request at a time and its reply is read before the lease goes
-    /// back; a multiplexed one matches replies to requests in the order
-    /// they were written. So no reply is taken for another's, and
-    /// nothing is queued in a transaction.
-    fn expiry_of<'k>(
-        &self,
-        keys: impl Iterator<Item = &'k [u8]>,
-        fields: bool,
-        x: &mut Execution,
-    ) -> Option<Option<Instant>> {
-        debug_assert!(
-            x.task.pinned.is_none() && !x.task.session.owns_state(),
-            "a fill's PTTL on the user's connection"
-        );
-        let mut first: Option<Instant> = None;
-        let mut keys = keys.peekable();
-        let hash_key = keys.peek().map(|key| key.to_vec());
-        for key in keys {
-            let mut pttl = Command::new(b"PTTL");
-            pttl.push(key);
-            first = earliest(first, self.expiry(pttl, x)?);
-        }
-        if !fields {
-            return Some(first);
-        }
-        let mut hpttl = Command::new(b"HPTTL");
-        match hash_read(x.command) {
-            HashRead::Not => return Some(first),
-            HashRead::Whole => return None,
-            HashRead::Fields(fields) => {
-                hpttl.push(&hash_key?);
-                hpttl.push(b"FIELDS");
-                hpttl.push(fields.len().to_string().as_bytes());
-                for field in fields {
-                    hpttl.push(field);
-                }
-            }
-        }
-        Some(earliest(first, self.expiry(hpttl, x)?))
-    }
-
-    /// When what `ttl` asks about expires (`PTTL key`, or `HPTTL key
-    /// FIELDS ...`: the first of its fields); see [`Database::expiry_of`].
-    fn expiry(&self, mut ttl: Command, x: &mut Execution) -> Option<Option<Instant>> {
-        ttl.retries = Some(0);
-        let left = x
-            .deadline
-            .map(|deadline| deadline.saturating_duration_since(Instant::now()));
-        ttl.timeout = match (left, x.timeout) {
-            (Some(left), _) if left.is_zero() => return None,
-            (Some(left), Some(timeout)) => Some(left.min(timeout)),
-            (left, timeout) => left.or(timeout),
-        };
-        let asked = Instant::now();
-        let ttl_of = |reply: &Reply| match reply {
-            Reply::Integer(ms) if *ms >= 0 => {
-                Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
-            }
-            Reply::Integer(-1 | -2) => Some(None),
-            _ => None,
-        };
-        match self.execute(&mut ttl, x.master, x.task, x.debug) {
-            Ok(Reply::Array(ttls)) => ttls
-                .iter()
-                .try_fold(None, |first, reply| Some(earliest(first, ttl_of(reply)?))),
-            // Never answered for this user (no `+pttl`, or renamed away):
-            // without it no entry can be kept, so the cache goes off
-            // rather than paying a refused request per miss, and says why.
-            Ok(Reply::Error(text)) if ServerError::of(&text).retry() == Retry::Refused => {
-                let cache = self.near_cache.as_ref()?;
-                if cache.refused() {
-                    x.note(Note::Warning(&format!(
-                        "near cache off: a fill's {} was refused ({}); \
-                         nothing is cached for this database until the VCL is reloaded \
-                         with a user allowed {}",
-                        ttl.logged_name(),
-                        crate::connection::loggable_error(&text),
-                        ttl.logged_name(),
-                    )));
-                }
-                None
-            }
-            Ok(reply) => ttl_of(&reply),
-            Err(_) => None,
-        }
     }
 
     /// Along the execution plan of the (standalone) servers.
@@ -635,34 +480,7 @@ impl Database {
         mut lease: Lease<'_>,
         server: &Arc<Server>,
     ) -> Reply {
-        if x.served.is_some() {
-            let slot = match self.cluster {
-                Some(_) => x.found.slot(x.command).ok().flatten(),
-                None => None,
-            };
-            let identity = lease.identity();
-            let pledge = server
-                .promise
-                .pledge(identity.as_deref(), slot, Instant::now());
-            if let Err(Unpledged::AnotherServer { read, tracked }) = &pledge {
-                if server.promise.first_mismatch() {
-                    if let Some(cache) = &self.near_cache {
-                        cache.count_refused();
-                    }
-                    x.note(Note::Warning(&format!(
-                        "near cache: a connection to {} reached another server (run_id {read}) \
-                         than its tracking connection (run_id {tracked}): a balancer behind \
-                         one location? Its replies are not kept; list each server instead",
-                        server.location()
-                    )));
-                }
-            }
-            x.served = Some(Served {
-                pledge: pledge.ok(),
-                master: server.role() == Role::Master,
-                slot,
-            });
-        }
+        self.near_served(x, &reply, &mut lease, server);
         let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts sends that got a reply (here
         // the last; a redirection or a retried `TRYAGAIN` / `LOADING` was
@@ -749,13 +567,5 @@ impl Database {
             Err(RequestError::Failed(failure)) => Err(server.failed(failure, was_broken, timeout)),
             Err(RequestError::Collateral(failure)) => Err(server.failed(failure, true, timeout)),
         }
-    }
-}
-
-/// The sooner of two expiries (`None`: never).
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }

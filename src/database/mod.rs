@@ -94,6 +94,7 @@ mod discovery;
 mod execute;
 mod hold;
 mod lease;
+mod near;
 
 use discovery::Cluster;
 pub(crate) use hold::FailoverHold;

@@ -201,13 +201,6 @@ pub(crate) struct Fill {
     epoch: u64,
 }
 
-impl Fill {
-    /// The keys the fill is for.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        std::iter::once(&*self.key).chain(self.others.iter().map(|key| &**key))
-    }
-}
-
 /// What a shard holds for a command.
 enum Kept {
     Reply(Reply, u64),

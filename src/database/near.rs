@@ -1,0 +1,279 @@
+//! [ext] The near cache on the path of one command (`src/near_cache/`
+//! keeps the entries): looked up before any server is chosen, filled
+//! from the reply on the connection that read it, and told what our own
+//! writes changed.
+//!
+//! **A fill asks where it read.** The `PTTL` of the keys (and the `HPTTL`
+//! of the fields of a hash read, where fields expire on their own) goes
+//! on the lease the read came on, before it is released: the same
+//! server, not whichever another routing would pick (a lagging replica
+//! that has not the key yet would say it has no TTL). Only a task that
+//! owns no state on the server fills (see [`Database::near_lookup`]), so
+//! that lease carries nothing of the user's: a private or pooled
+//! connection carries one request at a time and its reply is read before
+//! the next is sent; a multiplexed one matches replies to requests in the
+//! order they were written, and a reply that came on another connection
+//! than the read's (its identity) is not kept.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::execute::Execution;
+use super::lease::Lease;
+use super::{Database, Note};
+use crate::error::{Retry, ServerError};
+use crate::near_cache::{hash_read, Fill, Filled, HashRead, Lookup, NearCache, Pledge, Unpledged};
+use crate::protocol::{Command, Reply};
+use crate::server::Server;
+use crate::stats::Counter;
+
+use crate::config::Role;
+
+/// What a fill learnt of the reply it waits for, on the read's lease
+/// ([`Database::near_served`]).
+#[derive(Default)]
+pub(super) struct Served {
+    /// The promise of the server that gave it, as it held when it came
+    /// (`None`: it did not, or the connection reached another server).
+    pledge: Option<Pledge>,
+    master: bool,
+    /// Cluster: the slot of the command's keys.
+    slot: Option<u16>,
+    /// When the first of its keys (or fields) expires; `None`: unknown,
+    /// so not kept.
+    expires: Option<Option<Instant>>,
+}
+
+/// A lookup's outcome for the command's path.
+pub(super) enum Looked<'c> {
+    /// Served from the cache: the reply.
+    Hit(Reply),
+    /// To Redis; a fill (with its cache) waits for the reply, or not.
+    Miss(Option<(&'c Arc<NearCache>, Fill)>),
+}
+
+impl Database {
+    /// The near cache for this command: never for a task that owns state
+    /// on the server (`MULTI`, `WATCH`... see `Session::owns_state`), nor
+    /// once the cache is off (`NearCache::works`).
+    pub(super) fn near_lookup(&self, x: &Execution) -> Looked<'_> {
+        let Some(cache) = self
+            .near_cache
+            .as_ref()
+            .filter(|cache| !x.task.session.owns_state() && cache.works())
+        else {
+            return Looked::Miss(None);
+        };
+        let Some(keys) = x.found.cached_keys(x.command) else {
+            return Looked::Miss(None);
+        };
+        match cache.lookup(&keys, x.command.body(), x.master) {
+            Lookup::Hit(reply) => Looked::Hit(reply),
+            Lookup::Miss(fill) => Looked::Miss(fill.map(|fill| (cache, fill))),
+        }
+    }
+
+    /// The command is over: its fill completes (kept if the reply may
+    /// be), or what it may have written is forgotten. `in_multi`: the
+    /// task was in a transaction when it began.
+    pub(super) fn near_after(
+        &self,
+        x: &mut Execution,
+        fill: Option<(&Arc<NearCache>, Fill)>,
+        result: &crate::error::Result<Reply>,
+        in_multi: bool,
+    ) {
+        if let Some((cache, fill)) = fill {
+            let served = x.served.take().unwrap_or_default();
+            let filled = match (result, served) {
+                (
+                    Ok(reply),
+                    Served {
+                        pledge: Some(pledge),
+                        master,
+                        slot,
+                        expires: Some(expires),
+                    },
+                ) if !matches!(reply, Reply::Error(_)) => Some(Filled {
+                    reply,
+                    from_master: master,
+                    expires,
+                    pledge,
+                    slot,
+                }),
+                _ => None,
+            };
+            cache.complete(fill, filled);
+        } else if let Some(cache) = &self.near_cache {
+            let name = x.command.name();
+            let ended = (name.eq_ignore_ascii_case(b"EXEC")
+                || name.eq_ignore_ascii_case(b"DISCARD"))
+                && in_multi;
+            let task = &mut *x.task;
+            let (queued, ended) = match (in_multi, ended) {
+                (_, true) => (None, Some(&mut task.queued_writes)),
+                (true, false) => (Some(&mut task.queued_writes), None),
+                (false, false) => (None, None),
+            };
+            cache.forget_written(x.found.written_keys(x.command), queued, ended);
+        }
+    }
+
+    /// A fill waits for `reply`, which came on `lease` from `server`: the
+    /// server's pledge, and (if it holds) the expiry of what was read,
+    /// asked on the same lease.
+    pub(super) fn near_served(
+        &self,
+        x: &mut Execution,
+        reply: &Reply,
+        lease: &mut Lease<'_>,
+        server: &Arc<Server>,
+    ) {
+        if x.served.is_none() || matches!(reply, Reply::Error(_)) {
+            return;
+        }
+        let slot = match self.cluster {
+            Some(_) => x.found.slot(x.command).ok().flatten(),
+            None => None,
+        };
+        let identity = lease.identity();
+        let pledge = server
+            .promise
+            .pledge(identity.as_deref(), slot, Instant::now());
+        if let Err(Unpledged::AnotherServer { read, tracked }) = &pledge {
+            if server.promise.first_mismatch() {
+                if let Some(cache) = &self.near_cache {
+                    cache.count_refused();
+                }
+                x.note(Note::Warning(&format!(
+                    "near cache: a connection to {} reached another server (run_id {read}) \
+                     than its tracking connection (run_id {tracked}): a balancer behind \
+                     one location? Its replies are not kept; list each server instead",
+                    server.location()
+                )));
+            }
+        }
+        let Ok(pledge) = pledge else {
+            return;
+        };
+        let fields = pledge.field_expiry();
+        let expires = self
+            .expiry_on(x, lease, server, fields)
+            // Still the server that read: a multiplexed lease may have
+            // gone to a new connection meanwhile.
+            .filter(|_| lease.identity() == identity);
+        x.served = Some(Served {
+            pledge: Some(pledge),
+            master: server.role() == Role::Master,
+            slot,
+            expires,
+        });
+    }
+
+    /// When the first of the command's keys expires (their `PTTL`s), and
+    /// on a server whose hash fields expire on their own (`fields`) the
+    /// first of the fields a hash read names (`HPTTL`; a read of a whole
+    /// hash is not kept there), asked on `lease` one by one, each bounded
+    /// as a request of the command, counted as commands. `Some(None)`:
+    /// none has a TTL (or is there); `None`: unknown, so not kept.
+    fn expiry_on(
+        &self,
+        x: &mut Execution,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        fields: bool,
+    ) -> Option<Option<Instant>> {
+        let keys: Vec<Vec<u8>> = x
+            .found
+            .cached_keys(x.command)?
+            .into_iter()
+            .map(<[u8]>::to_vec)
+            .collect();
+        let mut first: Option<Instant> = None;
+        for key in &keys {
+            let mut pttl = Command::new(b"PTTL");
+            pttl.push(key);
+            first = earliest(first, self.ttl_on(x, lease, server, &mut pttl)?);
+        }
+        if !fields {
+            return Some(first);
+        }
+        let mut hpttl = Command::new(b"HPTTL");
+        match hash_read(x.command) {
+            HashRead::Not => return Some(first),
+            HashRead::Whole => return None,
+            HashRead::Fields(fields) => {
+                hpttl.push(keys.first()?);
+                hpttl.push(b"FIELDS");
+                hpttl.push(fields.len().to_string().as_bytes());
+                for field in fields {
+                    hpttl.push(field);
+                }
+            }
+        }
+        Some(earliest(first, self.ttl_on(x, lease, server, &mut hpttl)?))
+    }
+
+    /// When what `ttl` asks about expires (`PTTL key`, or `HPTTL key
+    /// FIELDS ...`: the first of its fields); see [`Database::expiry_on`].
+    fn ttl_on(
+        &self,
+        x: &mut Execution,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        ttl: &mut Command,
+    ) -> Option<Option<Instant>> {
+        let timeout = x.request_timeout();
+        if timeout.is_some_and(|timeout| timeout.is_zero()) {
+            return None;
+        }
+        let asked = Instant::now();
+        let reply = match self.request(lease, server, ttl.packed(), timeout) {
+            Ok(reply) => reply,
+            Err(_) => {
+                self.stats.inc(Counter::CommandsFailed);
+                return None;
+            }
+        };
+        self.stats.inc(Counter::CommandsTotal);
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.inc(Counter::CommandsError);
+        }
+        let ttl_of = |reply: &Reply| match reply {
+            Reply::Integer(ms) if *ms >= 0 => {
+                Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
+            }
+            Reply::Integer(-1 | -2) => Some(None),
+            _ => None,
+        };
+        match reply {
+            Reply::Array(ttls) => ttls
+                .iter()
+                .try_fold(None, |first, reply| Some(earliest(first, ttl_of(reply)?))),
+            // Never answered for this user (no `+pttl`, or renamed away):
+            // without it no entry can be kept, so the cache goes off
+            // rather than paying a refused request per miss, and says why.
+            Reply::Error(text) if ServerError::of(&text).retry() == Retry::Refused => {
+                let cache = self.near_cache.as_ref()?;
+                if cache.refused() {
+                    x.note(Note::Warning(&format!(
+                        "near cache off: a fill's {name} was refused ({}); \
+                         nothing is cached for this database until the VCL is reloaded \
+                         with a user allowed {name}",
+                        crate::connection::loggable_error(&text),
+                        name = ttl.logged_name(),
+                    )));
+                }
+                None
+            }
+            reply => ttl_of(&reply),
+        }
+    }
+}
+
+/// The sooner of two expiries (`None`: never).
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
