@@ -412,22 +412,10 @@ impl Multiplexed {
     /// (none: as long as it takes). The worker that drives while nothing is
     /// in flight has `manager` check out the connection: the idle one if
     /// still usable, else a new one opened by `open_by`; prepared.
-    #[cfg(test)]
+    ///
+    /// With the reply, the identity of the server that answered (the
+    /// `run_id` its connection found, [ext] `near_cache`).
     pub(crate) fn request<E: fmt::Display>(
-        &self,
-        packed: &[u8],
-        timeout: Option<Duration>,
-        open_by: Option<Instant>,
-        manager: &dyn ManageConnection<Error = E>,
-        stats: &Stats,
-    ) -> Result<Reply, RequestError<E>> {
-        self.request_identified(packed, timeout, open_by, manager, stats)
-            .map(|(reply, _)| reply)
-    }
-
-    /// As [`Multiplexed::request`], with the identity of the server that
-    /// answered (the `run_id` its connection found, [ext] `near_cache`).
-    pub(crate) fn request_identified<E: fmt::Display>(
         &self,
         packed: &[u8],
         timeout: Option<Duration>,

@@ -199,7 +199,9 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
             detail: "connected once only".into(),
         })
     });
-    let result = mux.request(&get, Some(timeout), None, &once, &stats);
+    let result = mux
+        .request(&get, Some(timeout), None, &once, &stats)
+        .map(|(reply, _)| reply);
     let waited = started.elapsed();
     assert!(
         matches!(result, Err(RequestError::Failed(Failure::Timeout))),

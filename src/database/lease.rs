@@ -57,7 +57,7 @@ impl Lease<'_> {
                 .request(packed, timeout)
                 .map_err(RequestError::Failed),
             Lease::Multiplexed(lease) => {
-                let (reply, identity) = lease.mux.request_identified(
+                let (reply, identity) = lease.mux.request(
                     packed,
                     timeout,
                     lease.deadline,

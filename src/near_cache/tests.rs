@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::tracking::{invalidated, Invalidated};
+use super::replies::{invalidated, Invalidated};
 use super::*;
 
 fn cache(budget: usize) -> NearCache {
@@ -368,7 +368,8 @@ fn invalidation_pushes() {
 mod with_redis {
     use std::time::Instant;
 
-    use super::super::tracking::{has_field_expiry, Trackers};
+    use super::super::replies::has_field_expiry;
+    use super::super::tracking::Trackers;
     use super::*;
     use crate::config::{DbArgs, DbConfig};
     use crate::database::{Database, TaskConnection};

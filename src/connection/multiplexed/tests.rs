@@ -34,6 +34,7 @@ fn run(
     let timeout = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
     let opener = Opener(|| connector.connect(&stats));
     mux.request(&packed(args), timeout, None, &opener, &stats)
+        .map(|(reply, _)| reply)
 }
 
 /// Redis's clients on its socket, `redis-cli` itself excluded.
@@ -320,13 +321,17 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
             detail: "refused".into(),
         })
     });
-    let refused = mux.request(&packed(&["PING"]), None, None, &refusing, &stats);
+    let refused = mux
+        .request(&packed(&["PING"]), None, None, &refusing, &stats)
+        .map(|(reply, _)| reply);
     assert!(
         matches!(refused, Err(RequestError::Connect(_))),
         "{refused:?}"
     );
     let opener = Opener(|| connector.connect(&stats));
-    let ping = mux.request(&packed(&["PING"]), None, None, &opener, &stats);
+    let ping = mux
+        .request(&packed(&["PING"]), None, None, &opener, &stats)
+        .map(|(reply, _)| reply);
     assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
 }
 
