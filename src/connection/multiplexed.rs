@@ -265,7 +265,11 @@ impl State {
     /// Moves the queued requests in flight, a fence after them, and
     /// returns their bytes (empty: nothing to write). Requests abandoned
     /// before they were written are not written at all.
-    fn take_batch(&mut self, stats: &Stats) -> Vec<u8> {
+    /// With the batch, when its write must be over: the last deadline of
+    /// its requests (`None`: one has none). Not the driver's own: a driver
+    /// whose short deadline passed while it waited for the CPU would fail
+    /// every request of the batch, each with seconds left.
+    fn take_batch(&mut self, stats: &Stats) -> (Vec<u8>, Option<Instant>) {
         let mut batch = std::mem::take(&mut self.unsent);
         let mut slots = std::mem::take(&mut self.unsent_slots);
         if slots.iter().any(|(slot, _)| slot.abandoned()) {
@@ -282,8 +286,15 @@ impl State {
         }
         if slots.is_empty() {
             batch.clear();
-            return batch;
+            return (batch, None);
         }
+        let write_by = slots
+            .iter()
+            .map(|(slot, _)| slot.deadline)
+            .try_fold(None, |last: Option<Instant>, deadline| {
+                deadline.map(|deadline| Some(last.map_or(deadline, |last| last.max(deadline))))
+            })
+            .flatten();
         stats.inc(Counter::PipelineBatches);
         stats.add(Counter::PipelineCommands, slots.len() as u64);
         stats.inc(Counter::batch_size(slots.len()));
@@ -292,7 +303,7 @@ impl State {
         let fence = self.next_fence();
         self.in_flight.push_back(InFlight::Fence(fence));
         fence.pack_into(&mut batch);
-        batch
+        (batch, write_by)
     }
 
     /// Gives a written batch's buffer back, to be reused.
@@ -538,13 +549,13 @@ impl Multiplexed {
             }
         };
         loop {
-            let batch = self.state.lock().take_batch(stats);
+            let (batch, write_by) = self.state.lock().take_batch(stats);
             let written = if batch.is_empty() {
                 Ok(())
             } else {
                 // A write cut short leaves half a request on the stream: a
                 // failure for every request, whatever its cause.
-                conn.write_requests(&batch, Limit::by(mine.deadline))
+                conn.write_requests(&batch, Limit::by(write_by))
                     .map_err(|failure| match failure {
                         Failure::Timeout => Failure::Io(io::ErrorKind::TimedOut.into()),
                         failure => failure,
