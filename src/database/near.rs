@@ -152,9 +152,27 @@ impl Database {
                 )));
             }
         }
-        let Ok(pledge) = pledge else {
+        let Ok(mut pledge) = pledge else {
             return;
         };
+        // A cluster replica's reply: its slot's master must vouch too (it
+        // alone tells a migration of the slot), as it holds now.
+        if let Some(slot) = slot {
+            let topology = self.topology();
+            let master = topology
+                .slots
+                .as_ref()
+                .and_then(|slots| slots.shard_of(slot))
+                .and_then(|shard| topology.servers.get(shard.master));
+            match master {
+                Some(master) if Arc::ptr_eq(master, server) => {}
+                Some(master) => match master.promise.oversight(slot, Instant::now()) {
+                    Some(overseer) => pledge = pledge.overseen_by(overseer),
+                    None => return,
+                },
+                None => return,
+            }
+        }
         let fields = pledge.field_expiry();
         let expires = self
             .expiry_on(x, lease, server, fields)

@@ -88,6 +88,11 @@ pub(crate) enum Unpledged {
 pub(crate) struct Pledge {
     pub(super) promise: Arc<Promise>,
     pub(super) generation: u64,
+    /// Cluster, a replica's reply: its slot's master's pledge too. Only
+    /// the master knows that the slot is being migrated (its own line
+    /// of `CLUSTER NODES`); while its link is silent, a migration could
+    /// begin unseen, and a key written on the node the slot goes to.
+    overseer: Option<Box<Pledge>>,
 }
 
 impl Pledge {
@@ -95,6 +100,18 @@ impl Pledge {
     pub(super) fn holds(&self, now: Instant) -> bool {
         self.promise.generation.load(Ordering::Acquire) == self.generation
             && self.promise.proven_at(now)
+            && self
+                .overseer
+                .as_ref()
+                .map_or(true, |master| master.holds(now))
+    }
+
+    /// The same, overseen by `master`'s pledge (see `overseer`).
+    pub(crate) fn overseen_by(self, master: Pledge) -> Pledge {
+        Pledge {
+            overseer: Some(Box::new(master)),
+            ..self
+        }
     }
 
     /// Whether its server's hash fields may expire on their own.
@@ -105,6 +122,7 @@ impl Pledge {
     /// Made anew or voided since: what was read under it is dead.
     pub(super) fn voided(&self) -> bool {
         self.promise.generation.load(Ordering::Acquire) != self.generation
+            || self.overseer.as_ref().is_some_and(|master| master.voided())
     }
 }
 
@@ -202,7 +220,15 @@ impl Promise {
         Ok(Pledge {
             promise: self.clone(),
             generation,
+            overseer: None,
         })
+    }
+
+    /// A slot master's pledge for its replica's reply: made, proven, and
+    /// serving `slot` (its identity is the tracking connection's own).
+    pub(crate) fn oversight(self: &Arc<Self>, slot: u16, now: Instant) -> Option<Pledge> {
+        let identity = self.identity.lock().clone();
+        self.pledge(identity.as_deref(), Some(slot), now).ok()
     }
 
     /// True the first time only: a balanced location is said once.
@@ -359,6 +385,42 @@ mod tests {
         std::thread::sleep(PROOF_LASTS + Duration::from_millis(50));
         promise.proven(sent);
         assert!(!promise.is_proven(), "proven past the bound");
+    }
+
+    /// A cluster replica's reply is served only while its slot's master
+    /// vouches too: the master alone sees a migration of the slot begin.
+    #[test]
+    fn a_replicas_pledge_holds_while_its_master_vouches() {
+        let now = Instant::now();
+        let mut slots = SlotSet::default();
+        slots.insert(7);
+        let node = |id: &str| {
+            let promise = Arc::new(Promise::for_cluster_node());
+            promise.made(Some(id.into()), false);
+            promise.proven(now);
+            promise.set_slots(&slots);
+            promise
+        };
+        let (master, replica) = (node("m"), node("r"));
+        let pledge = replica
+            .pledge(Some("r"), Some(7), now)
+            .unwrap()
+            .overseen_by(master.oversight(7, now).unwrap());
+        assert!(pledge.holds(now));
+        // The master silent past the bound: not served, not void.
+        let later = now + PROOF_LASTS + Duration::from_millis(1);
+        replica.proven(later);
+        assert!(!pledge.holds(later) && !pledge.voided());
+        master.proven(later);
+        assert!(pledge.holds(later));
+        // The master's promise voided: the replica's entry is dead too.
+        master.renewed();
+        assert!(pledge.voided());
+        // A slot the master migrates: no oversight for it.
+        let mut moving = slots.clone();
+        moving.remove(7);
+        master.set_slots(&moving);
+        assert!(master.oversight(7, later).is_none());
     }
 
     #[test]
