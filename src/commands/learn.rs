@@ -51,7 +51,7 @@ use crate::config::Location;
 use crate::connection::{Connection, Failure};
 use crate::protocol::Command;
 use crate::protocol::Reply;
-use crate::server::Server;
+use crate::server::{run_id, Server, INFO_SERVER};
 
 /// Distinct tables one process keeps a model of; cell 0 is the fallback.
 pub(crate) const MAX_MODELS: usize = 16;
@@ -69,7 +69,6 @@ static TAKEN: Mutex<usize> = Mutex::new(0);
 /// and `run_id`. Touched only when a database learns.
 static SERVERS: Mutex<Option<HashMap<(Location, String), usize>>> = Mutex::new(None);
 
-const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 const COMMAND: &[u8] = b"*1\r\n$7\r\nCOMMAND\r\n";
 
 fn model_at(index: usize) -> &'static Model {
@@ -105,20 +104,6 @@ fn remember(key: (Location, String), index: usize) {
         servers.clear();
     }
     servers.insert(key, index);
-}
-
-/// The `run_id` of an `INFO server` reply: random per server process.
-fn run_id_of(info: &Reply) -> Option<String> {
-    let text = match info {
-        Reply::String(bytes) => std::str::from_utf8(bytes).ok()?,
-        Reply::Status(text) => text,
-        _ => return None,
-    };
-    text.lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .map(str::to_string)
 }
 
 /// `redis 7.0.15`, `valkey 8.1.1`... from an `INFO server` reply.
@@ -230,7 +215,7 @@ impl Commands {
             return Ok(());
         }
         // Without a `run_id` the server cannot be known again: read.
-        let process = run_id_of(&info).map(|id| (server.location().clone(), id));
+        let process = run_id(&info).map(|id| (server.location().clone(), id));
         let index = match process.as_ref().and_then(remembered) {
             Some(index) => Some(index),
             None => match parse_command_reply(&conn.request(COMMAND, left()?)?) {
@@ -301,16 +286,13 @@ mod tests {
     fn run_ids_of_info_server() {
         let info = |text: &str| Reply::String(text.as_bytes().to_vec());
         assert_eq!(
-            run_id_of(&info(
+            run_id(&info(
                 "# Server\r\nredis_version:7.0.15\r\nrun_id:b91d98ed\r\n"
             )),
             Some("b91d98ed".into())
         );
-        assert_eq!(
-            run_id_of(&info("redis_version:7.0.15\r\nrun_id:\r\n")),
-            None
-        );
-        assert_eq!(run_id_of(&info("redis_version:7.0.15\r\n")), None);
+        assert_eq!(run_id(&info("redis_version:7.0.15\r\nrun_id:\r\n")), None);
+        assert_eq!(run_id(&info("redis_version:7.0.15\r\n")), None);
     }
 
     #[test]

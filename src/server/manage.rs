@@ -17,12 +17,14 @@ const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
 /// `INFO server`, packed: its `run_id` says which server a connection reached.
 pub(crate) const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 
-/// The `run_id` in an `INFO server` reply.
+/// The `run_id` in an `INFO server` reply: which server process answered
+/// (a restart, or another server behind the same location, gives another).
 pub(crate) fn run_id(info: &Reply) -> Option<String> {
-    let Reply::String(text) = info else {
-        return None;
+    let text = match info {
+        Reply::String(bytes) => std::str::from_utf8(bytes).ok()?,
+        Reply::Status(text) => text,
+        _ => return None,
     };
-    let text = std::str::from_utf8(text).ok()?;
     text.lines()
         .find_map(|line| line.strip_prefix("run_id:"))
         .map(|id| id.trim().to_owned())
