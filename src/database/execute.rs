@@ -1,16 +1,17 @@
 //! One command along the execution plan: attempts, retries, roles
 //! learnt on the way, and where the connection goes afterwards.
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::hold::Waited;
 use super::lease::{Lease, Pinned, TaskConnection};
-use super::near::{Looked, Served};
 use super::{within, Database, Note, ROLE};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::config::{Location, Role};
 use crate::connection::RequestError;
 use crate::error::{Error, Result, Retry, ServerError};
+use crate::near_cache::Pledge;
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::routing::{self, rotation, Candidate, Candidates};
@@ -50,6 +51,21 @@ pub(super) struct Execution<'x> {
     /// [ext] A near-cache fill waits for this reply: [`Database::settle`]
     /// notes what it needs (`near.rs`).
     pub(super) served: Option<Served>,
+}
+
+/// [ext] What a near-cache fill learnt of the reply it waits for, on the
+/// read's lease (`near.rs`: `Database::near_served`).
+#[derive(Default)]
+pub(super) struct Served {
+    /// The promise of the server that gave it, as it held when it came
+    /// (`None`: it did not, or the connection reached another server).
+    pub(super) pledge: Option<Pledge>,
+    pub(super) master: bool,
+    /// Cluster: the slot of the command's keys.
+    pub(super) slot: Option<u16>,
+    /// When the first of its keys (or fields) expires; `None`: unknown,
+    /// so not kept.
+    pub(super) expires: Option<Option<Instant>>,
 }
 
 impl Execution<'_> {
@@ -139,12 +155,9 @@ impl Database {
         };
         // [ext] A reply the near cache keeps is served with no round trip.
         let fill = match self.near_lookup(x) {
-            Looked::Hit(reply) => return Ok(reply),
-            Looked::Miss(fill) => fill,
+            ControlFlow::Break(reply) => return Ok(reply),
+            ControlFlow::Continue(fill) => fill,
         };
-        if fill.is_some() {
-            x.served = Some(Served::default());
-        }
         let result = if let Some(pinned) = x.task.pinned.take() {
             self.execute_pinned(x, pinned)
         } else if let Some(cluster) = &self.cluster {

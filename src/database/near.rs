@@ -14,61 +14,47 @@
 //! the next is sent; a multiplexed one matches replies to requests in the
 //! order they were written, and a reply that came on another connection
 //! than the read's (its identity) is not kept.
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::execute::Execution;
+use super::execute::{Execution, Served};
 use super::lease::Lease;
 use super::{Database, Note};
+use crate::config::Role;
 use crate::error::{Retry, ServerError};
-use crate::near_cache::{hash_read, Fill, Filled, HashRead, Lookup, NearCache, Pledge, Unpledged};
+use crate::near_cache::{hash_read, Fill, Filled, HashRead, Lookup, NearCache, Unpledged};
 use crate::protocol::{Command, Reply};
 use crate::server::Server;
 use crate::stats::Counter;
-
-use crate::config::Role;
-
-/// What a fill learnt of the reply it waits for, on the read's lease
-/// ([`Database::near_served`]).
-#[derive(Default)]
-pub(super) struct Served {
-    /// The promise of the server that gave it, as it held when it came
-    /// (`None`: it did not, or the connection reached another server).
-    pledge: Option<Pledge>,
-    master: bool,
-    /// Cluster: the slot of the command's keys.
-    slot: Option<u16>,
-    /// When the first of its keys (or fields) expires; `None`: unknown,
-    /// so not kept.
-    expires: Option<Option<Instant>>,
-}
-
-/// A lookup's outcome for the command's path.
-pub(super) enum Looked<'c> {
-    /// Served from the cache: the reply.
-    Hit(Reply),
-    /// To Redis; a fill (with its cache) waits for the reply, or not.
-    Miss(Option<(&'c Arc<NearCache>, Fill)>),
-}
 
 impl Database {
     /// The near cache for this command: never for a task that owns state
     /// on the server (`MULTI`, `WATCH`... see `Session::owns_state`), nor
     /// once the cache is off (`NearCache::works`).
-    pub(super) fn near_lookup(&self, x: &Execution) -> Looked<'_> {
+    /// `Break`: a hit, the reply; else the fill (with its cache) that
+    /// waits for the reply, if this read may fill.
+    pub(super) fn near_lookup(
+        &self,
+        x: &mut Execution,
+    ) -> ControlFlow<Reply, Option<(&Arc<NearCache>, Fill)>> {
         let Some(cache) = self
             .near_cache
             .as_ref()
             .filter(|cache| !x.task.session.owns_state() && cache.works())
         else {
-            return Looked::Miss(None);
+            return ControlFlow::Continue(None);
         };
         let Some(keys) = x.found.cached_keys(x.command) else {
-            return Looked::Miss(None);
+            return ControlFlow::Continue(None);
         };
         match cache.lookup(&keys, x.command.body(), x.master) {
-            Lookup::Hit(reply) => Looked::Hit(reply),
-            Lookup::Miss(fill) => Looked::Miss(fill.map(|fill| (cache, fill))),
+            Lookup::Hit(reply) => ControlFlow::Break(reply),
+            Lookup::Miss(None) => ControlFlow::Continue(None),
+            Lookup::Miss(Some(fill)) => {
+                x.served = Some(Served::default());
+                ControlFlow::Continue(Some((cache, fill)))
+            }
         }
     }
 
