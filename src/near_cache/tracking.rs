@@ -27,7 +27,7 @@
 //! answering stops the hits at once (no proof), and is given up after
 //! [`GIVE_UP`]: a slow command on the server (a `DEBUG SLEEP`, a large
 //! `KEYS`) costs hits while it runs, not the entries.
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -186,9 +186,12 @@ impl Supervisor {
     fn run(mut self, databases: &[Arc<Database>], stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             self.follow(databases);
+            // Counted once a round, again only when at the cap (not once
+            // per server: 300 servers would make it 90,000 looks a slice).
+            let mut connecting = self.connecting();
             let keys: Vec<*const Promise> = self.followed.keys().copied().collect();
             for key in keys {
-                self.tend(key);
+                self.tend(key, &mut connecting);
             }
             std::thread::sleep(SLICE);
         }
@@ -220,7 +223,7 @@ impl Supervisor {
     /// Follows the servers of `databases` as they are now; those gone are
     /// stopped, their promises broken.
     fn follow(&mut self, databases: &[Arc<Database>]) {
-        let mut current: Vec<*const Promise> = Vec::new();
+        let mut current: HashSet<*const Promise> = HashSet::new();
         let now = Instant::now();
         for db in databases {
             let Some(cache) = db.near_cache() else {
@@ -228,7 +231,7 @@ impl Supervisor {
             };
             for server in db.topology().servers.iter() {
                 let key = Arc::as_ptr(&server.promise);
-                current.push(key);
+                current.insert(key);
                 self.followed.entry(key).or_insert_with(|| Followed {
                     db: db.clone(),
                     server: server.clone(),
@@ -264,15 +267,23 @@ impl Supervisor {
         }
     }
 
-    /// Joins a listener that ended, and starts one when it is time and
-    /// fewer than [`CONNECTING`] connects are in progress.
-    fn tend(&mut self, key: *const Promise) {
-        let connecting = self
-            .followed
+    /// Listeners still connecting.
+    fn connecting(&self) -> usize {
+        self.followed
             .values()
             .filter_map(|followed| followed.listener.as_ref())
             .filter(|listener| !listener.connected.load(Ordering::Acquire))
-            .count();
+            .count()
+    }
+
+    /// Joins a listener that ended, and starts one when it is time and
+    /// fewer than [`CONNECTING`] connects are in progress (`connecting`,
+    /// counted up as listeners start).
+    fn tend(&mut self, key: *const Promise, connecting: &mut usize) {
+        if *connecting >= CONNECTING {
+            // Some may have connected (or failed) since: counted again.
+            *connecting = self.connecting();
+        }
         let Some(followed) = self.followed.get_mut(&key) else {
             return;
         };
@@ -299,11 +310,14 @@ impl Supervisor {
             }
             followed.next_try = now + followed.backoff.after(served, jitter());
         }
-        if followed.listener.is_some() || now < followed.next_try || connecting >= CONNECTING {
+        if followed.listener.is_some() || now < followed.next_try || *connecting >= CONNECTING {
             return;
         }
         match spawn(followed) {
-            Ok(listener) => followed.listener = Some(listener),
+            Ok(listener) => {
+                followed.listener = Some(listener);
+                *connecting += 1;
+            }
             Err(err) => {
                 report(&self.log, followed, format!("cannot start a thread: {err}"));
                 followed.next_try = now + followed.backoff.after(None, jitter());
