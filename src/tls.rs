@@ -8,9 +8,12 @@
 //!   system's roots are used (Debian: /etc/ssl/certs, `ca-certificates`).
 //! - `tls_certfile` + `tls_keyfile`: the client certificate (chain) and its
 //!   key, both or neither; the key must match the certificate.
-//! - `tls_sni`: the name sent in SNI and checked against the server's
-//!   certificate; by default the host of the location (an IP address is
-//!   checked against the certificate's IP addresses).
+//! - `tls_sni`: the name sent in SNI (none for an IP address), which the
+//!   server's certificate should be valid for; by default the host of the
+//!   location (an IP address against the certificate's IP addresses). As
+//!   in hiredis, a certificate that is not is taken, its chain verified,
+//!   and said once per server (name.rs); `tls_verify_name=true` [ext]
+//!   refuses it.
 //!
 //! Every error names the argument and the file, never their contents.
 use std::fs;
@@ -23,9 +26,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
 mod anchor;
+mod name;
 #[cfg(test)]
 mod test_certs;
 mod verifier;
+
+pub use name::NameMismatch;
+pub(crate) use name::{take_let_through, MismatchReport};
 
 /// The TLS arguments of `redis.db()` and `redis.sentinels()` (the same
 /// six in both) as given in VCL ("" = not set).
@@ -39,6 +46,9 @@ pub struct TlsArgs<'a> {
     pub certfile: &'a str,
     pub keyfile: &'a str,
     pub sni: &'a str,
+    /// [ext] `tls_verify_name`: refuse a certificate not valid for the
+    /// server's name (hiredis does not check it).
+    pub verify_name: bool,
 }
 
 /// Why TLS material was refused.
@@ -74,6 +84,8 @@ pub enum TlsError {
 pub struct Tls {
     config: Arc<ClientConfig>,
     sni: Option<ServerName<'static>>,
+    /// The name policy, and the servers whose mismatch was said.
+    names: Arc<name::NameCheck>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -105,7 +117,7 @@ impl Tls {
     pub(crate) fn load(args: &TlsArgs) -> Result<Tls, TlsError> {
         let (roots, cas) = roots(args)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = verifier::ServerVerifier::new(roots, &cas, &provider)
+        let verifier = verifier::ServerVerifier::new(roots, &cas, &provider, args.verify_name)
             .map_err(|reason| TlsError::Verifier { reason })?;
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -153,11 +165,31 @@ impl Tls {
         Ok(Tls {
             config: Arc::new(config),
             sni,
+            names: Arc::new(name::NameCheck::new(args.verify_name)),
         })
     }
 
-    /// The name to verify the server of `host` against: `tls_sni`, else
-    /// the host itself. `None` when the host is no valid name.
+    /// [ext] `tls_verify_name=true`: a name mismatch refuses the server.
+    pub fn verifies_name(&self) -> bool {
+        self.names.strict
+    }
+
+    /// Where a server whose certificate does not name it is reported,
+    /// once per server: set by the owner of the configuration (the first
+    /// call only).
+    pub(crate) fn report_name_mismatches_to(&self, report: MismatchReport) {
+        self.names.report_to(report);
+    }
+
+    /// The handshake with the server at `server` let `mismatch` through:
+    /// reported if it is the first time for that server.
+    pub(crate) fn name_mismatch_seen(&self, server: &str, mismatch: &NameMismatch) {
+        self.names.seen(server, mismatch);
+    }
+
+    /// The name of the server of `host`, sent as SNI (not an IP address)
+    /// and matched against its certificate (name.rs): `tls_sni`, else the
+    /// host itself. `None` when the host is no valid name.
     pub fn server_name(&self, host: &str) -> Option<ServerName<'static>> {
         self.sni
             .clone()

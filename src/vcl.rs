@@ -99,7 +99,17 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
         .and_then(|config| {
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             let mut note = |note: Note| log_note(ctx, name, note);
-            Database::with_stats(name, config, stats, preference, &vcl.private, &mut note)
+            let log: crate::near_cache::tracking::Logger =
+                Arc::new(|msg: &str| log_global(LogTag::Error, msg));
+            Database::with_stats(
+                name,
+                config,
+                stats,
+                preference,
+                &vcl.private,
+                &mut note,
+                &log,
+            )
         });
     match created {
         Ok(db) => {

@@ -212,6 +212,7 @@ proptest! {
                 certfile: "",
                 keyfile: "",
                 sni: if flags[2] { "" } else { &strings[5] },
+                verify_name: flags[2],
             },
             user: &strings[6],
             password: Secret(&password),

@@ -121,7 +121,14 @@ impl Connector {
                 tcp.set_nodelay(true).map_err(|e| e.to_string())?;
                 keep_alive(&tcp).map_err(|e| format!("TCP keepalive: {e}"))?;
                 match &self.tls {
-                    Some(tls) => Stream::tls(tls, host, tcp, &mut armed, limit)?,
+                    Some(tls) => {
+                        let (stream, mismatch) = Stream::tls(tls, host, tcp, &mut armed, limit)?;
+                        // Taken, as hiredis takes it: said once per server.
+                        if let Some(mismatch) = mismatch {
+                            tls.name_mismatch_seen(&self.name, &mismatch);
+                        }
+                        stream
+                    }
                     None => Stream::Tcp(tcp),
                 }
             }

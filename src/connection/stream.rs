@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use self::tls::TlsStream;
-use crate::tls::Tls;
+use crate::tls::{NameMismatch, Tls};
 
 /// `timeout` shortened so that it ends by `deadline`, if there is one.
 pub(crate) fn within(timeout: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
@@ -157,18 +157,19 @@ pub(super) enum Stream {
 
 impl Stream {
     /// A TLS session over `tcp`, its handshake done within `limit` (on a
-    /// thread of its own: [`tls::handshake`]); `armed` gets the socket
-    /// timeout it leaves on the socket.
+    /// thread of its own: [`tls::handshake`]), with the name mismatch its
+    /// verifier let through; `armed` gets the socket timeout it leaves on
+    /// the socket.
     pub(super) fn tls(
         settings: &Tls,
         host: &str,
         tcp: TcpStream,
         armed: &mut Option<Duration>,
         limit: Limit,
-    ) -> Result<Stream, String> {
+    ) -> Result<(Stream, Option<NameMismatch>), String> {
         let mut waits = Armed { armed, limit };
-        let shaken = tls::handshake(settings, host, tcp, &mut waits)?;
-        Ok(Stream::Tls(Box::new(shaken)))
+        let (shaken, mismatch) = tls::handshake(settings, host, tcp, &mut waits)?;
+        Ok((Stream::Tls(Box::new(shaken)), mismatch))
     }
 
     pub(super) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {

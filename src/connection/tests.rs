@@ -79,6 +79,7 @@ fn tls_connector(files: &Material, addr: &str, connect_timeout: Duration) -> Con
         certfile: "",
         keyfile: "",
         sni: "localhost",
+        verify_name: false,
     })
     .expect("TLS material");
     let location = addr.parse().expect("location");
@@ -249,44 +250,94 @@ fn a_tls_handshake_trickled_ends_at_the_connection_timeout() {
 /// X.509 v1 certificates (Redis's utils/gen-test-certs.sh) both ways: the
 /// server's chain verified by OpenSSL, its handshake signature by its
 /// public key, in TLS 1.2 and 1.3; the client's certificate taken by the
-/// server. Its name is its CN only: the host check still holds.
+/// server. Its name is its CN only: taken as hiredis takes it, by IP or
+/// another name, said once per server; refused with `tls_verify_name`.
 #[test]
 fn v1_certificates_work_both_ways_in_tls_1_2_and_1_3() {
     for protocol in ["TLSv1.2", "TLSv1.3"] {
         let (_redis, port, files) =
             v1_tls_redis(&format!("v1-{protocol}"), &["--tls-protocols", protocol]);
         let addr = format!("127.0.0.1:{port}");
-        let connector = |sni: &str| {
-            let tls = Tls::load(&TlsArgs {
+        let tls = |sni: &str, verify_name: bool| {
+            Tls::load(&TlsArgs {
                 enabled: true,
                 cafile: text(&files.v1_ca),
                 certfile: text(&files.v1_client_cert),
                 keyfile: text(&files.v1_client_key),
                 sni,
+                verify_name,
                 ..TlsArgs::default()
             })
-            .expect("v1 TLS material");
+            .expect("v1 TLS material")
+        };
+        let connector = |tls: &Tls| {
             let location = addr.parse().expect("location");
             let timeout = Some(Duration::from_secs(5));
-            Connector::new(&location, None, None, Protocol::Default, timeout, Some(tls))
+            Connector::new(
+                &location,
+                None,
+                None,
+                Protocol::Default,
+                timeout,
+                Some(tls.clone()),
+            )
         };
         let stats = Stats::default();
-        let mut conn = connector(V1_SERVER_CN)
-            .connect(&stats)
-            .unwrap_or_else(|e| panic!("{protocol}: {e}"));
-        let pong = conn.request(&packed(&[b"PING"]), Some(Duration::from_secs(5)));
-        assert!(
-            matches!(&pong, Ok(Reply::Status(s)) if s == "PONG"),
-            "{protocol}: {pong:?}"
-        );
+        let ping = |conn: &mut Connection| {
+            let pong = conn.request(&packed(&[b"PING"]), Some(Duration::from_secs(5)));
+            assert!(
+                matches!(&pong, Ok(Reply::Status(s)) if s == "PONG"),
+                "{protocol}: {pong:?}"
+            );
+        };
+        for verify_name in [false, true] {
+            let named = tls(V1_SERVER_CN, verify_name);
+            let said = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let into = said.clone();
+            named.report_name_mismatches_to(Arc::new(move |text: &str| {
+                into.lock().push(text.to_owned())
+            }));
+            let mut conn = connector(&named)
+                .connect(&stats)
+                .unwrap_or_else(|e| panic!("{protocol}: {e}"));
+            ping(&mut conn);
+            assert!(said.lock().is_empty(), "{protocol}: {:?}", said.lock());
+        }
         // The host (an IP address: never checked against a CN), then a
         // name that is not the CN.
-        for (sni, refused) in [
-            ("", "certificate not valid for name \"127.0.0.1\""),
-            ("localhost", "certificate not valid for name \"localhost\""),
-        ] {
-            let err = connector(sni).connect(&stats).err().expect("refused");
-            assert!(err.to_string().contains(refused), "{protocol}: {err}");
+        for sni in ["", "localhost"] {
+            let name = if sni.is_empty() { "127.0.0.1" } else { sni };
+            let taken = tls(sni, false);
+            let said = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let into = said.clone();
+            taken.report_name_mismatches_to(Arc::new(move |text: &str| {
+                into.lock().push(text.to_owned())
+            }));
+            // Three connections (full handshakes or resumed): said once.
+            for _ in 0..3 {
+                let mut conn = connector(&taken)
+                    .connect(&stats)
+                    .unwrap_or_else(|e| panic!("{protocol} {sni:?}: {e}"));
+                ping(&mut conn);
+            }
+            assert_eq!(
+                *said.lock(),
+                vec![format!(
+                    "TLS: the certificate of {addr} is not valid for name \"{name}\" \
+                     (it names CN={V1_SERVER_CN}); connected as hiredis does, its chain verified; \
+                     tls_verify_name=true refuses such a server"
+                )],
+                "{protocol}"
+            );
+            let err = connector(&tls(sni, true))
+                .connect(&stats)
+                .err()
+                .expect("refused");
+            assert!(
+                err.to_string()
+                    .contains(&format!("certificate not valid for name \"{name}\"")),
+                "{protocol}: {err}"
+            );
         }
     }
 }

@@ -715,6 +715,7 @@ mod tests {
         })
         .expect("valid config");
         let mut warnings = Vec::new();
+        let log: crate::near_cache::tracking::Logger = Arc::new(|_: &str| {});
         let db = Database::with_stats(
             "c",
             config,
@@ -726,6 +727,7 @@ mod tests {
                     warnings.push(text.to_string());
                 }
             },
+            &log,
         )
         .expect("loads");
         assert_eq!(warnings.len(), 1, "{warnings:?}");

@@ -14,6 +14,7 @@ use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
 use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
+use crate::near_cache::tracking::Logger;
 use crate::near_cache::NearCache;
 use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
@@ -106,6 +107,7 @@ impl Database {
     /// nor weights, and private connections of its own.
     pub fn new(name: &str, config: DbConfig) -> Result<Self> {
         let private = Arc::new(PrivateConnections::default());
+        let log: Logger = Arc::new(|_: &str| {});
         Self::with_stats(
             name,
             config,
@@ -113,6 +115,7 @@ impl Database {
             Preference::default(),
             &private,
             &mut |_| {},
+            &log,
         )
     }
 
@@ -122,7 +125,8 @@ impl Database {
     /// `type=auto` the first server is asked its role now (a server that is
     /// down is asked again on its first connection); with `type=cluster`
     /// the slot map is read from it now (see [`Self::add_server`]), `note`
-    /// receiving what that discovery logs.
+    /// receiving what that discovery logs. `log` takes what is said outside
+    /// any task: a server whose TLS certificate does not name it.
     pub(crate) fn with_stats(
         name: &str,
         config: DbConfig,
@@ -130,9 +134,20 @@ impl Database {
         preference: Preference,
         private: &Arc<PrivateConnections>,
         note: &mut dyn FnMut(Note),
+        log: &Logger,
     ) -> Result<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let stats = Arc::new(stats);
+        if let Some(tls) = &config.tls {
+            // Before the first connection (a role probe, a discovery).
+            let (counters, name, log) = (Arc::downgrade(&stats), name.to_owned(), log.clone());
+            tls.report_name_mismatches_to(Arc::new(move |text: &str| {
+                if let Some(stats) = counters.upgrade() {
+                    stats.inc(Counter::TlsNameMismatch);
+                }
+                log(&format!("[REDIS] db {name}: {text}"));
+            }));
+        }
         let near_cache = (config.near_cache > 0).then(|| {
             Arc::new(NearCache::new(
                 config.near_cache,

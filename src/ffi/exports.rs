@@ -80,7 +80,7 @@ impl TlsStrings<'_> {
     }
 
     /// The TLS arguments, `tls` the BOOL that turns them on.
-    fn args(&self, tls: VCL_BOOL) -> TlsArgs<'_> {
+    fn args(&self, tls: VCL_BOOL, verify_name: VCL_BOOL) -> TlsArgs<'_> {
         let [cafile, capath, certfile, keyfile, sni] = &self.0;
         TlsArgs {
             enabled: tls != 0,
@@ -89,6 +89,7 @@ impl TlsStrings<'_> {
             certfile,
             keyfile,
             sni,
+            verify_name: verify_name != 0,
         }
     }
 }
@@ -225,6 +226,7 @@ pub unsafe extern "C" fn vmod_sentinels(
     password: VCL_STRING,
     debug: VCL_BOOL,
     discover: VCL_BOOL,
+    tls_verify_name: VCL_BOOL,
 ) {
     // SAFETY: the contract (module doc) for ctx, priv_vcl and the STRING / ENUM arguments.
     unsafe {
@@ -240,7 +242,7 @@ pub unsafe extern "C" fn vmod_sentinels(
                 connection_timeout,
                 command_timeout,
                 protocol: &arg_str(protocol),
-                tls: tls_strings.args(tls),
+                tls: tls_strings.args(tls, tls_verify_name),
                 password: Secret(&arg_str(password)),
                 debug: debug != 0,
                 discover: discover != 0,
@@ -298,6 +300,7 @@ pub unsafe extern "C" fn vmod_db__init(
     pipelining: VCL_BOOL,
     near_cache: VCL_INT,
     near_cache_ttl: VCL_INT,
+    tls_verify_name: VCL_BOOL,
 ) {
     // SAFETY: the contract for ctx, priv_vcl and the STRINGs; `out` is the new object's slot.
     unsafe {
@@ -319,7 +322,7 @@ pub unsafe extern "C" fn vmod_db__init(
                 shared_connections: shared_connections != 0,
                 max_connections,
                 protocol: &arg_str(protocol),
-                tls: tls_strings.args(tls),
+                tls: tls_strings.args(tls, tls_verify_name),
                 user: &arg_str(user),
                 password: Secret(&arg_str(password)),
                 sickness_ttl,

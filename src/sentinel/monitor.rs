@@ -65,6 +65,14 @@ impl Monitor {
         log: Logger,
     ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
+        if let Some(tls) = &config.tls {
+            // The configuration is the VCL's (its clones share what was
+            // said): a Sentinel's mismatch is said once per VCL.
+            let log = log.clone();
+            tls.report_name_mismatches_to(Arc::new(move |text: &str| {
+                log(Level::Error, &format!("[REDIS] sentinels: {text}"));
+            }));
+        }
         let shared = Arc::new(Shared {
             knowledge: Mutex::new(Knowledge::new(config.discover)),
             config,

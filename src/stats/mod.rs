@@ -98,6 +98,10 @@ pub enum Counter {
     NearCacheEntries,
     /// [ext] `near_cache`: bytes they take, about (a gauge).
     NearCacheBytes,
+    /// [ext] TLS: servers whose certificate is not valid for their name
+    /// (`tls_sni`, else the host), connected to as hiredis does; each one
+    /// said once in the log (`tls_verify_name=true` refuses them instead).
+    TlsNameMismatch,
 }
 
 /// Prometheus families whose counters differ by one label: the
@@ -122,7 +126,7 @@ const BATCH_SIZES: [(Counter, usize); 7] = [
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 37;
+    pub const COUNT: usize = 38;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -168,6 +172,7 @@ impl Counter {
         Counter::NearCacheRefused,
         Counter::NearCacheEntries,
         Counter::NearCacheBytes,
+        Counter::TlsNameMismatch,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -211,6 +216,7 @@ impl Counter {
             Counter::NearCacheRefused => "ext.near_cache.refused",
             Counter::NearCacheEntries => "ext.near_cache.entries",
             Counter::NearCacheBytes => "ext.near_cache.bytes",
+            Counter::TlsNameMismatch => "ext.tls.name_mismatch",
         }
     }
 

@@ -14,7 +14,9 @@
 //! (webpki's raw-key check). The client
 //! certificate's key match compares public keys through OpenSSL when webpki
 //! cannot parse the certificate. Nothing here validates a chain or a
-//! signature by itself: OpenSSL and webpki do.
+//! signature by itself: OpenSSL and webpki do. A certificate refused for
+//! its name only is taken unless `tls_verify_name` (name.rs), its chain
+//! verified again without the name.
 use std::sync::Arc;
 
 use openssl::asn1::{Asn1Time, Asn1TimeRef};
@@ -24,14 +26,17 @@ use openssl::x509::store::X509StoreBuilder;
 use openssl::x509::verify::{X509CheckFlags, X509VerifyParam};
 use openssl::x509::{X509PurposeId, X509StoreContext, X509StoreContextRef, X509};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
+use rustls::client::{verify_server_cert_signed_by_trust_anchor, WebPkiServerVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, SubjectPublicKeyInfoDer, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::sign::CertifiedKey;
 use rustls::{
     CertificateError, DigitallySignedStruct, Error, InconsistentKeys, OtherError, PeerMisbehaved,
     RootCertStore, SignatureScheme,
 };
+
+use super::name::{self, NameMismatch};
 
 /// Verifies the server's certificate: webpki for v3 chains, OpenSSL for
 /// the chains webpki refuses only for their version, or for want of an
@@ -40,9 +45,14 @@ pub(super) struct ServerVerifier {
     /// `None` when the CA files hold no trust anchor (OpenSSL then refuses
     /// every chain, as it would).
     webpki: Option<Arc<WebPkiServerVerifier>>,
+    /// webpki's trust anchors, for a chain verified without the name.
+    anchors: Arc<RootCertStore>,
     /// Every certificate of the CA files (anchors or not), for OpenSSL.
     roots: Vec<X509>,
     algorithms: WebPkiSupportedAlgorithms,
+    /// `tls_verify_name=true`: a certificate not valid for the server's
+    /// name is refused; else it is taken once its chain is (name.rs).
+    strict_name: bool,
 }
 
 impl std::fmt::Debug for ServerVerifier {
@@ -50,6 +60,7 @@ impl std::fmt::Debug for ServerVerifier {
         f.debug_struct("ServerVerifier")
             .field("roots", &self.roots.len())
             .field("webpki", &self.webpki.is_some())
+            .field("strict_name", &self.strict_name)
             .finish()
     }
 }
@@ -60,33 +71,100 @@ impl ServerVerifier {
         roots: RootCertStore,
         cas: &[CertificateDer<'static>],
         provider: &Arc<CryptoProvider>,
+        strict_name: bool,
     ) -> Result<ServerVerifier, String> {
-        let webpki = match roots.is_empty() {
+        let anchors = Arc::new(roots);
+        let webpki = match anchors.is_empty() {
             true => None,
             false => Some(
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                WebPkiServerVerifier::builder_with_provider(anchors.clone(), provider.clone())
                     .build()
                     .map_err(|e| e.to_string())?,
             ),
         };
         Ok(ServerVerifier {
             webpki,
+            anchors,
             // Those OpenSSL cannot read could not verify anything there.
             roots: cas.iter().filter_map(|c| X509::from_der(c).ok()).collect(),
             algorithms: provider.signature_verification_algorithms,
+            strict_name,
         })
     }
 
-    /// The chain verified by OpenSSL, as its TLS client does (purpose
-    /// "SSL server", the host name falling back to the subject's CN when
-    /// the certificate has no DNS name, never for an IP address).
-    fn verify_with_openssl(
+    /// The server's certificate checked: refused (the error says why),
+    /// verified, or, unless `strict_name`, verified but for the name
+    /// (`Some`: its chain verified as hiredis verifies it, the name not
+    /// matched).
+    pub(super) fn check(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         server_name: &ServerName<'_>,
         now: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
+    ) -> Result<Option<NameMismatch>, Error> {
+        match self.verify(end_entity, intermediates, Some(server_name), now) {
+            Ok(()) => Ok(None),
+            Err(e) if !self.strict_name && is_name_error(&e) => {
+                // Both verifiers may stop at the name (OpenSSL before the
+                // signatures and dates): the chain alone, all of it.
+                self.verify(end_entity, intermediates, None, now)?;
+                Ok(Some(NameMismatch {
+                    expected: server_name.to_str().into_owned(),
+                    presented: X509::from_der(end_entity)
+                        .map(|cert| certificate_names(&cert))
+                        .unwrap_or_default(),
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The chain verified, and the name too when there is one: by webpki,
+    /// else (a v1 certificate, an issuer webpki does not know) by OpenSSL.
+    fn verify(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: Option<&ServerName<'_>>,
+        now: UnixTime,
+    ) -> Result<(), Error> {
+        let Some(webpki) = &self.webpki else {
+            return self.verify_with_openssl(end_entity, intermediates, server_name, now);
+        };
+        let by_webpki = match server_name {
+            Some(name) => webpki
+                .verify_server_cert(end_entity, intermediates, name, &[], now)
+                .map(|_| ()),
+            None => ParsedCertificate::try_from(end_entity).and_then(|cert| {
+                verify_server_cert_signed_by_trust_anchor(
+                    &cert,
+                    &self.anchors,
+                    intermediates,
+                    now,
+                    self.algorithms.all,
+                )
+            }),
+        };
+        match by_webpki {
+            Err(e) if refused_for_version(&e) || e == CertificateError::UnknownIssuer.into() => {
+                self.verify_with_openssl(end_entity, intermediates, server_name, now)
+            }
+            verified => verified,
+        }
+    }
+
+    /// The chain verified by OpenSSL, as its TLS client does (purpose
+    /// "SSL server"), and the name if any (the host name falling back to
+    /// the subject's CN when the certificate has no DNS name, never for an
+    /// IP address).
+    fn verify_with_openssl(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: Option<&ServerName<'_>>,
+        now: UnixTime,
+    ) -> Result<(), Error> {
         let parse = |der: &CertificateDer<'_>| {
             X509::from_der(der).map_err(|_| Error::from(CertificateError::BadEncoding))
         };
@@ -105,9 +183,10 @@ impl ServerVerifier {
         // signatures, no RSA key under 2048 bits anywhere in the chain.
         param.set_auth_level(2);
         match server_name {
-            ServerName::DnsName(name) => param.set_host(name.as_ref()),
-            ServerName::IpAddress(ip) => param.set_ip((*ip).into()),
-            _ => return Err(CertificateError::NotValidForName.into()),
+            None => Ok(()),
+            Some(ServerName::DnsName(name)) => param.set_host(name.as_ref()),
+            Some(ServerName::IpAddress(ip)) => param.set_ip((*ip).into()),
+            Some(_) => return Err(CertificateError::NotValidForName.into()),
         }
         .map_err(openssl_error)?;
         let mut store = X509StoreBuilder::new().map_err(openssl_error)?;
@@ -126,7 +205,7 @@ impl ServerVerifier {
             })
             .map_err(openssl_error)?;
         match refused {
-            None => Ok(ServerCertVerified::assertion()),
+            None => Ok(()),
             Some(error) => Err(error),
         }
     }
@@ -141,16 +220,12 @@ impl ServerCertVerifier for ServerVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        let Some(webpki) = &self.webpki else {
-            return self.verify_with_openssl(end_entity, intermediates, server_name, now);
-        };
-        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(e) if refused_for_version(&e) || e == CertificateError::UnknownIssuer.into() => {
-                self.verify_with_openssl(end_entity, intermediates, server_name, now)
-            }
-            verified => verified,
+        // No OCSP stapling asked for, none checked (neither does hiredis).
+        let _ = ocsp_response;
+        if let Some(mismatch) = self.check(end_entity, intermediates, server_name, now)? {
+            name::let_through(mismatch);
         }
+        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -294,7 +369,7 @@ fn openssl_error(error: openssl::error::ErrorStack) -> Error {
 fn refusal(
     ctx: &X509StoreContextRef,
     leaf: &X509,
-    server_name: &ServerName<'_>,
+    server_name: Option<&ServerName<'_>>,
     now: UnixTime,
 ) -> Error {
     use openssl_sys as sys;
@@ -315,9 +390,12 @@ fn refusal(
             None => CertificateError::NotValidYet,
         },
         sys::X509_V_ERR_HOSTNAME_MISMATCH | sys::X509_V_ERR_IP_ADDRESS_MISMATCH => {
-            CertificateError::NotValidForNameContext {
-                expected: server_name.to_owned(),
-                presented: presented_names(leaf),
+            match server_name {
+                Some(name) => CertificateError::NotValidForNameContext {
+                    expected: name.to_owned(),
+                    presented: presented_names(leaf),
+                },
+                None => CertificateError::NotValidForName,
             }
         }
         sys::X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT
@@ -347,8 +425,24 @@ impl std::error::Error for Refused {}
 /// The names the certificate is valid for: its DNS names and IP addresses,
 /// or else its subject's CN (which OpenSSL checks DNS names against).
 fn presented_names(cert: &X509) -> Vec<String> {
-    let mut names: Vec<String> = cert
-        .subject_alt_names()
+    let names = alt_names(cert);
+    match names.is_empty() {
+        true => common_names(cert),
+        false => names,
+    }
+}
+
+/// Every name in the certificate, for the log: its DNS names and IP
+/// addresses, then its subject's CNs.
+fn certificate_names(cert: &X509) -> Vec<String> {
+    let mut names = alt_names(cert);
+    names.extend(common_names(cert));
+    names
+}
+
+/// The DNS names and IP addresses of its subjectAltName.
+fn alt_names(cert: &X509) -> Vec<String> {
+    cert.subject_alt_names()
         .into_iter()
         .flatten()
         .filter_map(|name| {
@@ -360,16 +454,27 @@ fn presented_names(cert: &X509) -> Vec<String> {
                 })
             })
         })
-        .collect();
-    if names.is_empty() {
-        names.extend(
-            cert.subject_name()
-                .entries_by_nid(openssl::nid::Nid::COMMONNAME)
-                .filter_map(|cn| cn.data().to_string().ok())
-                .map(|cn| format!("CN={cn}")),
-        );
-    }
-    names
+        .collect()
+}
+
+/// Its subject's CNs, as `CN=<name>`.
+fn common_names(cert: &X509) -> Vec<String> {
+    cert.subject_name()
+        .entries_by_nid(openssl::nid::Nid::COMMONNAME)
+        .filter_map(|cn| cn.data().to_string().ok())
+        .map(|cn| format!("CN={cn}"))
+        .collect()
+}
+
+/// A refusal for the name (OpenSSL may not have verified the whole chain
+/// yet: it checks the name before the signatures and dates).
+fn is_name_error(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }
+        )
+    )
 }
 
 fn unix_time(time: &Asn1TimeRef) -> Option<UnixTime> {

@@ -11,14 +11,20 @@ use crate::tls::test_certs::{make, Made, Spec};
 use crate::tls::testing::{material, text, Material, V1_SERVER_CN};
 use crate::tls::{roots, Tls, TlsArgs};
 
+/// A verifier that refuses a name mismatch (`tls_verify_name=true`): the
+/// verdicts of the certificates themselves.
 fn verifier(cafile: &std::path::Path) -> ServerVerifier {
+    verifier_naming(cafile, true)
+}
+
+fn verifier_naming(cafile: &std::path::Path, strict_name: bool) -> ServerVerifier {
     let (store, cas) = roots(&TlsArgs {
         cafile: text(cafile),
         ..TlsArgs::default()
     })
     .expect("CA file");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    ServerVerifier::new(store, &cas, &provider).expect("verifier")
+    ServerVerifier::new(store, &cas, &provider, strict_name).expect("verifier")
 }
 
 fn der(path: &std::path::Path) -> CertificateDer<'static> {
@@ -41,6 +47,87 @@ fn verify(
 
 fn v1_material(tag: &str) -> Material {
     material(&format!("verifier-{tag}"))
+}
+
+/// What the verifier makes of `cert` for `name`: `Ok(None)` verified,
+/// `Ok(Some(names))` verified but for the name (the names it has).
+fn checked(
+    verifier: &ServerVerifier,
+    cert: &std::path::Path,
+    name: &str,
+    now: UnixTime,
+) -> Result<Option<Vec<String>>, String> {
+    let name = ServerName::try_from(name.to_owned()).expect("server name");
+    verifier
+        .check(&der(cert), &[], &name, now)
+        .map(|mismatch| mismatch.map(|m| m.presented))
+        .map_err(|e| e.to_string())
+}
+
+/// By default (as hiredis): a certificate whose chain is good is taken
+/// whatever its name, the mismatch told with every name it has; the
+/// chain itself is verified as strictly as with the name (OpenSSL checks
+/// the name before the dates, so the chain is verified again without it).
+#[test]
+fn by_default_the_name_is_not_held_against_a_good_chain() {
+    let m = v1_material("lenient");
+    let now = UnixTime::now();
+    let v1 = verifier_naming(&m.v1_ca, false);
+    let cn = || Ok(Some(vec![format!("CN={V1_SERVER_CN}")]));
+    assert_eq!(checked(&v1, &m.v1_server_cert, V1_SERVER_CN, now), Ok(None));
+    assert_eq!(checked(&v1, &m.v1_server_cert, "127.0.0.1", now), cn());
+    assert_eq!(checked(&v1, &m.v1_server_cert, "redis.example", now), cn());
+    // Through rustls's interface: taken, the mismatch left for the
+    // thread that drives the handshake.
+    let _ = crate::tls::take_let_through();
+    assert_eq!(verify(&v1, &m.v1_server_cert, "127.0.0.1", now), Ok(()));
+    let left = crate::tls::take_let_through().expect("the mismatch");
+    assert_eq!(left.expected, "127.0.0.1");
+    assert_eq!(crate::tls::take_let_through(), None);
+    assert_eq!(verify(&v1, &m.v1_server_cert, V1_SERVER_CN, now), Ok(()));
+    assert_eq!(crate::tls::take_let_through(), None);
+    // Expired (for any name), another CA: refused.
+    for name in [V1_SERVER_CN, "127.0.0.1", "redis.example"] {
+        let err = checked(&v1, &m.v1_expired_cert, name, now).unwrap_err();
+        assert!(err.contains("certificate expired"), "{name}: {err}");
+        assert_eq!(
+            checked(&verifier_naming(&m.ca, false), &m.v1_server_cert, name, now),
+            Err("invalid peer certificate: UnknownIssuer".into()),
+            "{name}"
+        );
+    }
+    // What not checking the name means (hiredis's rule, docs/migrating.md):
+    // any certificate of the CA that may serve TLS is taken, here the v1
+    // client certificate (no extension, so no usage restriction).
+    assert_eq!(
+        checked(&v1, &m.v1_client_cert, "127.0.0.1", now),
+        Ok(Some(vec!["CN=Client-only".into()]))
+    );
+    let later = UnixTime::since_unix_epoch(Duration::from_secs(now.as_secs() + 3 * 366 * 86_400));
+    let err = checked(&v1, &m.v1_server_cert, "127.0.0.1", later).unwrap_err();
+    assert!(err.contains("certificate expired"), "{err}");
+    // A v3 chain (webpki): its DNS names and IP addresses, then its CN.
+    let v3 = verifier_naming(&m.ca, false);
+    assert_eq!(checked(&v3, &m.server_cert, "127.0.0.1", now), Ok(None));
+    assert_eq!(
+        checked(&v3, &m.server_cert, "redis.example", now),
+        Ok(Some(vec![
+            "127.0.0.1".into(),
+            "localhost".into(),
+            "CN=127.0.0.1".into()
+        ]))
+    );
+    let err = checked(&v3, &m.expired_cert, "redis.example", now).unwrap_err();
+    assert!(err.contains("certificate expired"), "{err}");
+    assert_eq!(
+        checked(
+            &verifier_naming(&m.other_ca, false),
+            &m.server_cert,
+            "redis.example",
+            now
+        ),
+        Err("invalid peer certificate: UnknownIssuer".into())
+    );
 }
 
 #[test]
@@ -92,7 +179,7 @@ fn a_v1_server_certificate_is_taken_with_its_ca_and_its_name() {
     })
     .unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let by_dir = ServerVerifier::new(store, &cas, &provider).unwrap();
+    let by_dir = ServerVerifier::new(store, &cas, &provider, true).unwrap();
     assert_eq!(
         verify(&by_dir, &m.v1_server_cert, V1_SERVER_CN, UnixTime::now()),
         Ok(())
@@ -191,13 +278,17 @@ fn a_v1_client_certificate_loads_and_its_key_must_match() {
 
 /// A verifier with these certificates as its `tls_cafile`.
 fn verifier_of(tag: &str, cas: &[&Made]) -> (ServerVerifier, TempFile) {
+    verifier_of_naming(tag, cas, true)
+}
+
+fn verifier_of_naming(tag: &str, cas: &[&Made], strict_name: bool) -> (ServerVerifier, TempFile) {
     let file = TempFile(std::env::temp_dir().join(format!(
         "vmod-redis-cafile-{}-{tag}.pem",
         std::process::id()
     )));
     let pem: String = cas.iter().map(|c| c.pem()).collect();
     std::fs::write(&file.0, pem).expect("CA file");
-    (verifier(&file.0), file)
+    (verifier_naming(&file.0, strict_name), file)
 }
 
 struct TempFile(std::path::PathBuf);
@@ -273,6 +364,13 @@ fn a_leaf_in_the_ca_file_signs_nothing() {
     assert!(check(&v1_alone, &v1_forged, "redis.test").is_err());
     let (v1_with_root, _f4) = verifier_of("v1-leaf-with-root", &[&root, &v1_leaf]);
     assert!(check(&v1_with_root, &v1_forged, "redis.test").is_err());
+    // Nor when the name is not checked (tls_verify_name=false).
+    let (lenient, _f5) = verifier_of_naming("leaf-lenient", &[&root, &leaf, &v1_leaf], false);
+    for name in ["127.0.0.1", "redis.test"] {
+        assert!(check(&lenient, &forged, name).is_err(), "{name}");
+        assert!(check(&lenient, &v1_forged, name).is_err(), "{name}");
+    }
+    assert_eq!(check(&lenient, &server(&root), "redis.test"), Ok(()));
 }
 
 /// An intermediate CA in the CA file completes a chain the server sends

@@ -354,6 +354,7 @@ fn a_pipelined_tls_connect_fits_in_a_small_worker_stack() {
         certfile: "",
         keyfile: "",
         sni: "",
+        verify_name: false,
     })
     .expect("TLS material");
     let location = format!("127.0.0.1:{port}").parse().expect("location");

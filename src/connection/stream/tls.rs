@@ -12,7 +12,7 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
-use crate::tls::Tls;
+use crate::tls::{take_let_through, NameMismatch, Tls};
 
 pub(super) type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
@@ -28,14 +28,15 @@ pub(super) trait Waits {
 const TLS_HANDSHAKE_STACK: usize = 1 << 20;
 
 /// The TLS handshake on a fresh TCP connection, each wait armed by
-/// `waits`. The error says why (e.g. `invalid peer certificate:
+/// `waits`, with the name mismatch the verifier let through, if any
+/// (`tls/name.rs`). The error says why (e.g. `invalid peer certificate:
 /// UnknownIssuer`).
 pub(super) fn handshake(
     tls: &Tls,
     host: &str,
     tcp: TcpStream,
     waits: &mut (dyn Waits + Send),
-) -> Result<TlsStream, String> {
+) -> Result<(TlsStream, Option<NameMismatch>), String> {
     let name = tls
         .server_name(host)
         .ok_or_else(|| format!("TLS: {host:?} is no valid server name (set tls_sni)"))?;
@@ -54,8 +55,9 @@ pub(super) fn handshake(
                     .session(name)
                     .map_err(|e| Shake::Setup(format!("TLS: {e}")))?;
                 let mut stream = rustls::StreamOwned::new(session, tcp);
+                // The verifier runs here, within the handshake's reads.
                 drive_handshake(&mut stream, waits)
-                    .map(|()| stream)
+                    .map(|()| (stream, take_let_through()))
                     .map_err(Shake::Io)
             })
             .map_err(|e| {
@@ -67,7 +69,7 @@ pub(super) fn handshake(
             .unwrap_or_else(|_| Err(Shake::Io(io::Error::other("the handshake thread panicked"))))
     });
     match shaken {
-        Ok(stream) => Ok(stream),
+        Ok(shaken) => Ok(shaken),
         Err(Shake::Setup(e)) => Err(e),
         Err(Shake::Io(e))
             if matches!(

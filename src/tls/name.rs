@@ -1,0 +1,147 @@
+//! The server's name, as hiredis (so the C VMOD) treats it: not checked.
+//! hiredis verifies the chain against its CAs and sends `tls_sni` as SNI,
+//! nothing more; Redis's utils/gen-test-certs.sh makes a server
+//! certificate with `CN=Server-only` and no other name, reached by IP
+//! address in most deployments that follow it. So by default a
+//! certificate that does not name the server (`tls_sni`, else the host)
+//! is taken once its chain is verified, and said once per server and
+//! configuration (a database, the Sentinels); `tls_verify_name=true`
+//! [ext] refuses it, with the verifier's own words.
+//!
+//! The verifier runs inside rustls, during the handshake, on the thread
+//! that drives it (`connection/stream/tls.rs`, a thread of its own per
+//! handshake): what it let through is left in a thread-local slot that
+//! this thread takes when the handshake is over. A resumed session is not
+//! verified again: its server's mismatch was said when it was.
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+/// A server certificate, its chain verified, that does not name the
+/// server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameMismatch {
+    /// The name it was checked against: `tls_sni`, else the host.
+    pub expected: String,
+    /// The names in the certificate: its DNS names and IP addresses, then
+    /// its subject's CNs (`CN=...`).
+    pub presented: Vec<String>,
+}
+
+impl NameMismatch {
+    /// The log line's text about the server at `server`.
+    pub(crate) fn describe(&self, server: &str) -> String {
+        let names = match self.presented.is_empty() {
+            true => "no name".to_owned(),
+            false => self.presented.join(", "),
+        };
+        format!(
+            "TLS: the certificate of {server} is not valid for name \"{}\" (it names {names}); \
+             connected as hiredis does, its chain verified; tls_verify_name=true refuses such a server",
+            self.expected
+        )
+    }
+}
+
+thread_local! {
+    /// What the verifier let through in the handshake this thread drives.
+    static LET_THROUGH: RefCell<Option<NameMismatch>> = const { RefCell::new(None) };
+}
+
+/// Called by the verifier when it takes a certificate that does not name
+/// the server.
+pub(super) fn let_through(mismatch: NameMismatch) {
+    LET_THROUGH.with(|slot| *slot.borrow_mut() = Some(mismatch));
+}
+
+/// What the verifier let through on this thread since the last call.
+pub(crate) fn take_let_through() -> Option<NameMismatch> {
+    LET_THROUGH.with(|slot| slot.borrow_mut().take())
+}
+
+/// What is done when a server's mismatch is first seen: its text (see
+/// [`NameMismatch::describe`]) logged and counted by the owner of the
+/// configuration.
+pub(crate) type MismatchReport = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The name policy of one TLS configuration, shared by its clones (every
+/// connector of a database, or of the Sentinels).
+pub(super) struct NameCheck {
+    /// `tls_verify_name=true`: a mismatch refuses the server.
+    pub(super) strict: bool,
+    /// The servers (`host:port`) whose mismatch was reported.
+    said: Mutex<HashSet<String>>,
+    /// Set once by the configuration's owner; unset, nothing is reported
+    /// (nor marked as said).
+    report: OnceLock<MismatchReport>,
+}
+
+impl NameCheck {
+    pub(super) fn new(strict: bool) -> NameCheck {
+        NameCheck {
+            strict,
+            said: Mutex::new(HashSet::new()),
+            report: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn report_to(&self, report: MismatchReport) {
+        let _ = self.report.set(report);
+    }
+
+    /// Reports `mismatch` of the server at `server`, the first time only.
+    /// Only after a handshake that let a mismatch through: no lock
+    /// otherwise.
+    pub(super) fn seen(&self, server: &str, mismatch: &NameMismatch) {
+        let Some(report) = self.report.get() else {
+            return;
+        };
+        if self.said.lock().insert(server.to_owned()) {
+            report(&mismatch.describe(server));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mismatch() -> NameMismatch {
+        NameMismatch {
+            expected: "127.0.0.1".into(),
+            presented: vec!["CN=Server".into()],
+        }
+    }
+
+    #[test]
+    fn said_once_per_server_and_only_once_there_is_a_report() {
+        let check = NameCheck::new(false);
+        // No report yet (a configuration no one owns): not said, so not
+        // marked either.
+        check.seen("127.0.0.1:6380", &mismatch());
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let into = said.clone();
+        check.report_to(Arc::new(move |text: &str| {
+            into.lock().push(text.to_owned())
+        }));
+        for _ in 0..3 {
+            check.seen("127.0.0.1:6380", &mismatch());
+            check.seen("127.0.0.1:6381", &mismatch());
+        }
+        assert_eq!(
+            *said.lock(),
+            [6380, 6381].map(|port| format!(
+                "TLS: the certificate of 127.0.0.1:{port} is not valid for name \"127.0.0.1\" \
+                 (it names CN=Server); connected as hiredis does, its chain verified; \
+                 tls_verify_name=true refuses such a server"
+            ))
+        );
+        let nameless = NameMismatch {
+            presented: Vec::new(),
+            ..mismatch()
+        };
+        assert!(nameless.describe("h:1").contains("(it names no name)"));
+    }
+}
