@@ -31,12 +31,27 @@ pub struct NameMismatch {
 }
 
 impl NameMismatch {
-    /// The log line's text about the server at `server`.
+    /// The log line's text about the server at `server`. The names are
+    /// the certificate's (its CA's words, not ours): control characters
+    /// shown as `?`, at most [`NAMES_SHOWN`] of them.
     pub(crate) fn describe(&self, server: &str) -> String {
-        let names = match self.presented.is_empty() {
+        let shown: Vec<String> = self
+            .presented
+            .iter()
+            .take(NAMES_SHOWN)
+            .map(|name| {
+                name.chars()
+                    .map(|c| if c.is_control() { '?' } else { c })
+                    .collect()
+            })
+            .collect();
+        let mut names = match shown.is_empty() {
             true => "no name".to_owned(),
-            false => self.presented.join(", "),
+            false => shown.join(", "),
         };
+        if self.presented.len() > NAMES_SHOWN {
+            names += &format!(" and {} more", self.presented.len() - NAMES_SHOWN);
+        }
         format!(
             "TLS: the certificate of {server} is not valid for name \"{}\" (it names {names}); \
              connected as hiredis does, its chain verified; tls_verify_name=true refuses such a server",
@@ -44,6 +59,9 @@ impl NameMismatch {
         )
     }
 }
+
+/// The most names of a certificate one log line shows.
+const NAMES_SHOWN: usize = 8;
 
 thread_local! {
     /// What the verifier let through in the handshake this thread drives.
@@ -143,5 +161,15 @@ mod tests {
             ..mismatch()
         };
         assert!(nameless.describe("h:1").contains("(it names no name)"));
+        let many = NameMismatch {
+            presented: (0..20).map(|n| format!("h{n}\n")).collect(),
+            ..mismatch()
+        };
+        assert!(
+            many.describe("h:1")
+                .contains("(it names h0?, h1?, h2?, h3?, h4?, h5?, h6?, h7? and 12 more);"),
+            "{}",
+            many.describe("h:1")
+        );
     }
 }
