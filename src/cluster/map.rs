@@ -43,9 +43,15 @@ pub(crate) struct Shard<N> {
 /// Shards and, per slot, the index of its shard ([`NO_SHARD`]: none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SlotMap<N> {
+    /// The shards that serve slots.
     pub shards: Vec<Shard<N>>,
     /// `SLOTS` entries: 32 KiB, rebuilt only by a discovery.
     pub slots: Box<[u16]>,
+    /// Shards that serve no slot yet (a master just added, and its
+    /// replicas), as `CLUSTER SHARDS` lists them (`CLUSTER SLOTS` cannot):
+    /// their nodes are servers of the database, known before a slot moves
+    /// to them, but no command goes to them until a map gives them slots.
+    pub idle: Vec<Shard<N>>,
 }
 
 impl<N> SlotMap<N> {
@@ -54,6 +60,7 @@ impl<N> SlotMap<N> {
         SlotMap {
             shards: Vec::new(),
             slots: vec![NO_SHARD; SLOTS].into_boxed_slice(),
+            idle: Vec::new(),
         }
     }
 
@@ -65,24 +72,36 @@ impl<N> SlotMap<N> {
 
     /// The same map with each node renamed by `name`.
     pub(crate) fn map<M>(self, mut name: impl FnMut(N) -> M) -> SlotMap<M> {
-        let shards = self
-            .shards
-            .into_iter()
-            .map(|shard| Shard {
-                master: name(shard.master),
-                replicas: shard.replicas.into_iter().map(&mut name).collect(),
-            })
-            .collect();
+        let mut rename = |shards: Vec<Shard<N>>| -> Vec<Shard<M>> {
+            shards
+                .into_iter()
+                .map(|shard| Shard {
+                    master: name(shard.master),
+                    replicas: shard.replicas.into_iter().map(&mut name).collect(),
+                })
+                .collect()
+        };
+        let shards = rename(self.shards);
+        let idle = rename(self.idle);
         SlotMap {
             shards,
             slots: self.slots,
+            idle,
         }
     }
 
-    /// Every node, masters first.
+    /// Every node, masters first (those serving slots before the idle
+    /// ones), then replicas.
     pub(crate) fn nodes(&self) -> impl Iterator<Item = &N> {
-        let masters = self.shards.iter().map(|shard| &shard.master);
-        masters.chain(self.shards.iter().flat_map(|shard| &shard.replicas))
+        let shards = || self.shards.iter().chain(&self.idle);
+        let masters = shards().map(|shard| &shard.master);
+        masters.chain(shards().flat_map(|shard| &shard.replicas))
+    }
+
+    /// The nodes of the shards that serve no slot.
+    pub(crate) fn idle_nodes(&self) -> impl Iterator<Item = &N> {
+        let masters = self.idle.iter().map(|shard| &shard.master);
+        masters.chain(self.idle.iter().flat_map(|shard| &shard.replicas))
     }
 }
 
@@ -140,7 +159,9 @@ pub(super) fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
 
 /// Reads a `CLUSTER SLOTS` reply (`[[start, end, master, replica...],
 /// ...]`) asked of a node on `asked_host`. A master serving several ranges
-/// is one shard. Slots no range covers have no shard.
+/// is one shard. Slots no range covers have no shard. A master without
+/// slots, and its replicas, are not in the reply: no idle shard (only
+/// `CLUSTER SHARDS`, Redis 7+, names them).
 pub(crate) fn parse_slots(reply: &Reply, asked_host: &str) -> Result<SlotMap<Node>, String> {
     let ranges = match reply {
         Reply::Array(ranges) => ranges,

@@ -10,9 +10,5 @@ mod slot;
 
 pub(crate) use map::{parse_slots, Node, SlotMap};
 pub(crate) use redirect::{redirection, Redirection};
-#[allow(
-    unused_imports,
-    reason = "discovery reads CLUSTER SHARDS once the cluster bootstrap work lands"
-)]
 pub(crate) use shards::{parse_shards, ShardsMap};
 pub(crate) use slot::{key_slot, SLOTS};

@@ -63,8 +63,10 @@ fn node(reply: &Reply, asked_host: &str, tls: bool) -> Result<(Node, bool, bool)
 }
 
 /// Reads a `CLUSTER SHARDS` reply asked of a node on `asked_host` (over
-/// TLS: `tls`). A shard without slots (a master not given any yet) or
-/// without a master is left out, as `CLUSTER SLOTS` leaves it out.
+/// TLS: `tls`). A shard without slots (a master not given any yet, and
+/// its replicas) is an idle shard of the map, as the C VMOD 22.4/23.3
+/// registers its nodes. A shard without a master is left out, as
+/// `CLUSTER SLOTS` leaves it out.
 pub(crate) fn parse_shards(
     reply: &Reply,
     asked_host: &str,
@@ -130,6 +132,7 @@ pub(crate) fn parse_shards(
             ranges.push((start, end));
         }
         if ranges.is_empty() {
+            map.idle.push(Shard { master, replicas });
             continue;
         }
         // At most 16384 shards have slots: the index fits.
@@ -201,7 +204,7 @@ mod tests {
                     node(7001, "master", "failed"),
                 ],
             ),
-            // A master with no slots yet: left out, as CLUSTER SLOTS does.
+            // A master with no slots yet: an idle shard.
             shard(&[], vec![node(7005, "master", "online")]),
         ]);
         let parsed = parse_shards(&reply, "127.0.0.1", false).unwrap();
@@ -222,6 +225,66 @@ mod tests {
             parsed.unhealthy,
             vec![at("127.0.0.1:7003"), at("127.0.0.1:7001")]
         );
+        assert_eq!(map.idle.len(), 1);
+        assert_eq!(map.idle[0].master, at("127.0.0.1:7005"));
+    }
+
+    /// Shards that serve no slot (a master just added, one with a
+    /// replica already, one whose replica is listed first): their nodes
+    /// are named by the map, masters and replicas as the shard says, and
+    /// no slot is theirs.
+    #[test]
+    fn shards_without_slots_are_idle_shards() {
+        let reply = Reply::Array(vec![
+            shard(&[], vec![node(7006, "master", "online")]),
+            shard(&[0, 16383], vec![node(7000, "master", "online")]),
+            shard(
+                &[],
+                vec![
+                    node(7008, "replica", "loading"),
+                    node(7007, "master", "online"),
+                ],
+            ),
+            // No master: left out, as a shard with slots would be.
+            shard(&[], vec![node(7009, "replica", "online")]),
+        ]);
+        let parsed = parse_shards(&reply, "127.0.0.1", false).unwrap();
+        let map = &parsed.map;
+        assert_eq!(map.shards.len(), 1);
+        assert_eq!(map.shards[0].master, at("127.0.0.1:7000"));
+        assert!(map.slots.iter().all(|&shard| shard == 0), "all 7000's");
+        let idle: Vec<(Node, Vec<Node>)> = map
+            .idle
+            .iter()
+            .map(|shard| (shard.master.clone(), shard.replicas.clone()))
+            .collect();
+        assert_eq!(
+            idle,
+            vec![
+                (at("127.0.0.1:7006"), vec![]),
+                (at("127.0.0.1:7007"), vec![at("127.0.0.1:7008")]),
+            ]
+        );
+        // Masters first, those serving slots first.
+        let nodes: Vec<Node> = map.nodes().cloned().collect();
+        let want = [
+            "127.0.0.1:7000",
+            "127.0.0.1:7006",
+            "127.0.0.1:7007",
+            "127.0.0.1:7008",
+        ];
+        assert_eq!(nodes, want.map(at));
+        let idle_nodes: Vec<Node> = map.idle_nodes().cloned().collect();
+        assert_eq!(
+            idle_nodes,
+            want[1..].iter().copied().map(at).collect::<Vec<_>>()
+        );
+        assert_eq!(parsed.unhealthy, vec![at("127.0.0.1:7008")]);
+        // Only idle shards: no slot assigned, nothing to route on.
+        let none = Reply::Array(vec![shard(&[], vec![node(7006, "master", "online")])]);
+        let parsed = parse_shards(&none, "127.0.0.1", false).unwrap();
+        assert!(parsed.map.shards.is_empty());
+        assert_eq!(parsed.map.idle.len(), 1);
     }
 
     #[test]

@@ -306,7 +306,7 @@ fn map_names(topology: &Topology, node: &Node) -> bool {
 /// The node for a command on `slot` (`None`: no key) on attempt `attempt`
 /// (0 first): the master of the slot's shard, or for reads its replicas
 /// first (by health and subnet weight, as a standalone plan); without a
-/// key or a map, any node.
+/// key or a map, any node but those of shards that serve no slot yet.
 fn route(
     topology: &Topology,
     slot: Option<u16>,
@@ -324,7 +324,15 @@ fn route(
             .copied()
             .filter(|&index| index < servers.len())
             .collect(),
-        None => (0..servers.len()).collect(),
+        None => {
+            let idle: Vec<usize> = match &topology.slots {
+                Some(map) => map.idle_nodes().copied().collect(),
+                None => Vec::new(),
+            };
+            (0..servers.len())
+                .filter(|index| !idle.contains(index))
+                .collect()
+        }
     };
     let now = Instant::now();
     let candidates: Vec<Candidate> = indexes
@@ -561,5 +569,42 @@ mod tests {
         assert!(any == "127.0.0.1:7000" || any == "127.0.0.1:7001", "{any}");
         topology.servers.clear();
         assert!(route(&topology, Some(0), true, 0).is_none());
+    }
+
+    /// A shard that serves no slot yet (7004, replica 7005): its nodes
+    /// are the map's, but no command goes to them, keyless ones included.
+    #[test]
+    fn nodes_of_a_shard_without_slots_get_no_command() {
+        let mut topology = topology();
+        topology.servers.push(server(4, 7004, Role::Master));
+        topology.servers.push(server(5, 7005, Role::Slave));
+        let mut slots = crate::cluster::SlotMap::clone(topology.slots.as_ref().unwrap());
+        let mut idle = slots.shards[0].clone();
+        (idle.master, idle.replicas) = (4, vec![5]);
+        slots.idle.push(idle);
+        topology.slots = Some(Arc::new(slots));
+        assert!(map_names(&topology, &Ok("127.0.0.1:7004".parse().unwrap())));
+        assert!(map_names(&topology, &Ok("127.0.0.1:7005".parse().unwrap())));
+        assert!(!map_agrees(
+            &topology,
+            0,
+            &Ok("127.0.0.1:7004".parse().unwrap())
+        ));
+        // Every node serving slots is reached by some keyless attempt.
+        let mut reached = std::collections::BTreeSet::new();
+        for attempt in 0..32 {
+            for master_only in [true, false] {
+                reached.insert(routed(&topology, None, master_only, attempt));
+            }
+            reached.insert(routed(&topology, Some(b"bar"), false, attempt));
+            reached.insert(routed(&topology, Some(b"foo"), true, attempt));
+        }
+        let want = [
+            "127.0.0.1:7000",
+            "127.0.0.1:7001",
+            "127.0.0.1:7002",
+            "127.0.0.1:7003",
+        ];
+        assert_eq!(reached.iter().collect::<Vec<_>>(), want);
     }
 }

@@ -229,6 +229,31 @@ mod tests {
         );
     }
 
+    /// A master that serves no slot yet (a cluster database now follows
+    /// it, `CLUSTER SHARDS` naming it) and its replica: nothing of theirs
+    /// is kept; a slot it is importing is migrating.
+    #[test]
+    fn a_master_without_slots_and_its_replica_serve_nothing() {
+        let served = |text: &str| {
+            let view = own_slots(&nodes(text)).expect("its own line");
+            let all = 0..crate::cluster::SLOTS as u16;
+            let serves: Vec<u16> = all.clone().filter(|&s| view.serves.contains(s)).collect();
+            let migrating: Vec<u16> = all.filter(|&s| view.migrating.contains(s)).collect();
+            (serves, migrating)
+        };
+        let master = "ddd 127.0.0.1:7003@17003 myself,master - 0 0 4 connected
+                      aaa 127.0.0.1:7000@17000 master - 0 0 1 connected 0-16383
+";
+        assert_eq!(served(master), (vec![], vec![]));
+        let importing = "ddd 127.0.0.1:7003@17003 myself,master - 0 0 4 connected [2853-<-aaa]
+";
+        assert_eq!(served(importing), (vec![], vec![2853]));
+        let replica = "eee 127.0.0.1:7004@17004 myself,slave ddd 0 0 4 connected
+                       ddd 127.0.0.1:7003@17003 master - 0 0 4 connected
+";
+        assert_eq!(served(replica), (vec![], vec![]));
+    }
+
     #[test]
     fn a_replica_serves_its_masters_slots() {
         let reply = nodes(
