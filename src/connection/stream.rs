@@ -158,17 +158,20 @@ pub(super) enum Stream {
 impl Stream {
     /// A TLS session over `tcp`, its handshake done within `limit` (on a
     /// thread of its own: [`tls::handshake`]); `armed` gets the socket
-    /// timeout it leaves on the socket.
+    /// timeout it leaves on the socket. Its error says whether `limit` was
+    /// spent (the server stayed silent), and why.
     pub(super) fn tls(
         settings: &Tls,
         host: &str,
         tcp: TcpStream,
         armed: &mut Option<Duration>,
         limit: Limit,
-    ) -> Result<Stream, String> {
+    ) -> Result<Stream, (bool, String)> {
         let mut waits = Armed { armed, limit };
-        let shaken = tls::handshake(settings, host, tcp, &mut waits)?;
-        Ok(Stream::Tls(Box::new(shaken)))
+        match tls::handshake(settings, host, tcp, &mut waits) {
+            Ok(shaken) => Ok(Stream::Tls(Box::new(shaken))),
+            Err(detail) => Err((limit.wait().is_err(), detail)),
+        }
     }
 
     pub(super) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
