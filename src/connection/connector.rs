@@ -1,6 +1,8 @@
 //! How a connection is opened: the server's address resolved and
-//! connected within the connect timeout (TCP, UNIX, TLS), then the
-//! `HELLO` / `AUTH` handshake.
+//! connected (TCP, UNIX) within the connect timeout, then the handshake
+//! on the connected socket (TLS, `HELLO` / `AUTH`) within a bound of its
+//! own (a command's timeout, as hiredis). A failure says how far it got
+//! ([`OpenFailure`]).
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -104,6 +106,7 @@ impl Connector {
         self.counted(stats, opened)
     }
 
+    /// Counts an opening in `connections.total` / `connections.failed`.
     fn counted(
         &self,
         stats: &Stats,
@@ -143,31 +146,28 @@ impl Connector {
             }
             Location::Unix(path) => Socket::Unix(connect_unix(path, connect).map_err(unreachable)?),
         };
-        let limit = handshake();
-        self.shake_hands(socket, limit).map_err(|(silent, detail)| {
-            let failure = if silent {
-                OpenFailure::Silent
-            } else {
-                OpenFailure::Refused
-            };
-            (failure, detail)
-        })
+        self.shake_hands(socket, handshake())
     }
 
     /// The handshake on a connected socket, within `limit`: TLS, then
-    /// HELLO / AUTH. Its error says whether the server stayed silent (a
-    /// timeout) and what failed.
-    fn shake_hands(&self, socket: Socket<'_>, limit: Limit) -> Result<Connection, (bool, String)> {
-        let other = |detail: String| (false, detail);
+    /// HELLO / AUTH. Its error says whether the server answered
+    /// (`Refused`) or stayed silent until `limit` (`Silent`), and why.
+    fn shake_hands(
+        &self,
+        socket: Socket<'_>,
+        limit: Limit,
+    ) -> Result<Connection, (OpenFailure, String)> {
+        let refused = |detail: String| (OpenFailure::Refused, detail);
         // The socket timeout the TLS handshake left on the socket.
         let mut armed = None;
         let stream = match socket {
             Socket::Tcp(tcp, host) => {
                 // Requests are single writes; never wait for Nagle.
-                tcp.set_nodelay(true).map_err(|e| other(e.to_string()))?;
-                keep_alive(&tcp).map_err(|e| other(format!("TCP keepalive: {e}")))?;
+                tcp.set_nodelay(true).map_err(|e| refused(e.to_string()))?;
+                keep_alive(&tcp).map_err(|e| refused(format!("TCP keepalive: {e}")))?;
                 match &self.tls {
-                    Some(tls) => Stream::tls(tls, host, tcp, &mut armed, limit)?,
+                    Some(tls) => Stream::tls(tls, host, tcp, &mut armed, limit)
+                        .map_err(|(timed_out, detail)| (silent_if(timed_out), detail))?,
                     None => Stream::Tcp(tcp),
                 }
             }
@@ -177,17 +177,26 @@ impl Connector {
         if let Some(handshake) = &self.handshake {
             if let Some(text) = shake(&mut conn, handshake, limit)? {
                 if !(self.sends_hello && text.starts_with("ERR unknown command")) {
-                    return Err(other(refusal(&text)));
+                    return Err(refused(refusal(&text)));
                 }
                 // No HELLO here: as redis-rs does, AUTH alone and RESP2.
                 if let Some(auth) = &self.auth_without_hello {
                     if let Some(text) = shake(&mut conn, auth, limit)? {
-                        return Err(other(refusal(&text)));
+                        return Err(refused(refusal(&text)));
                     }
                 }
             }
         }
         Ok(conn)
+    }
+}
+
+/// A handshake that got no answer: `Silent` when its limit ran out.
+fn silent_if(timed_out: bool) -> OpenFailure {
+    if timed_out {
+        OpenFailure::Silent
+    } else {
+        OpenFailure::Refused
     }
 }
 
@@ -232,18 +241,17 @@ fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> 
 }
 
 /// One handshake request: `Ok(None)` when accepted, `Ok(Some(text))` for
-/// an error reply, `Err` (no server text) when it got no reply, with
-/// whether it timed out.
+/// an error reply, `Err` (no server text) when it got no reply.
 fn shake(
     conn: &mut Connection,
     packed: &[u8],
     limit: Limit,
-) -> Result<Option<String>, (bool, String)> {
+) -> Result<Option<String>, (OpenFailure, String)> {
     match conn.request_by(packed, limit) {
         Ok(Reply::Error(text)) => Ok(Some(text)),
         Ok(_) => Ok(None),
         Err(failure) => Err((
-            matches!(failure, Failure::Timeout),
+            silent_if(matches!(failure, Failure::Timeout)),
             format!("handshake failed: {failure}"),
         )),
     }
