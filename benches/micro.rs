@@ -267,7 +267,11 @@ struct Reuse<'a> {
 impl ManageConnection for Reuse<'_> {
     type Error = ConnectError;
 
-    fn connect(&self, _deadline: Option<Instant>) -> Result<Connection, ConnectError> {
+    fn connect(
+        &self,
+        _deadline: Option<Instant>,
+        _timeout: Option<Duration>,
+    ) -> Result<Connection, ConnectError> {
         self.connector.connect(self.stats)
     }
 

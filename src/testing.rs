@@ -115,6 +115,7 @@ where
     fn connect(
         &self,
         _deadline: Option<std::time::Instant>,
+        _timeout: Option<std::time::Duration>,
     ) -> Result<crate::connection::Connection, E> {
         (self.0)()
     }

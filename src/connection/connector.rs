@@ -1,15 +1,17 @@
 //! How a connection is opened: the server's address resolved and
-//! connected within the connect timeout (TCP, UNIX, TLS), then the
-//! `HELLO` / `AUTH` handshake.
+//! connected (TCP, UNIX) within the connect timeout, then the handshake
+//! on the connected socket (TLS, `HELLO` / `AUTH`) within a bound of its
+//! own (a command's timeout, as hiredis). A failure says how far it got
+//! ([`OpenFailure`]).
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::redact::refusal;
-use super::stream::{Limit, Stream};
-use super::{lookup, ConnectError, Connection};
+use super::stream::{within, Limit, Stream};
+use super::{lookup, ConnectError, Connection, Failure, OpenFailure};
 use crate::config::{Location, Protocol};
 use crate::protocol::{Command, Reply};
 use crate::stats::{Counter, Stats};
@@ -70,19 +72,27 @@ impl Connector {
         &self.location
     }
 
-    /// Opens a connection (HELLO / AUTH included), counting the outcome.
+    /// Opens a connection (HELLO / AUTH included), counting the outcome,
+    /// all of it within `connection_timeout`.
     pub fn connect(&self, stats: &Stats) -> Result<Connection, ConnectError> {
-        self.connect_within(stats, self.connect_timeout)
+        self.connect_by(stats, Limit::within(self.connect_timeout))
     }
 
-    /// As [`Connector::connect`], with `timeout` bounding the connect and
-    /// the handshake instead of `connection_timeout`.
-    pub(crate) fn connect_within(
+    /// As [`Connector::connect`], the name lookup and the TCP / UNIX
+    /// connect within `connect`, then the handshake on the connected
+    /// socket (TLS, `HELLO` / `AUTH`) within `handshake` from when it
+    /// starts, as hiredis's socket timeout (the command timeout) bounds it;
+    /// all of it by `by` (none: no bound of its own).
+    pub(crate) fn connect_staged(
         &self,
         stats: &Stats,
-        timeout: Option<Duration>,
+        connect: Option<Duration>,
+        handshake: Option<Duration>,
+        by: Option<Instant>,
     ) -> Result<Connection, ConnectError> {
-        self.connect_by(stats, Limit::within(timeout))
+        let connect = Limit::within(within(connect, by));
+        let opened = self.open(connect, || Limit::within(within(handshake, by)));
+        self.counted(stats, opened)
     }
 
     /// As [`Connector::connect`], all of it within `limit` (which a stop
@@ -92,37 +102,73 @@ impl Connector {
         stats: &Stats,
         limit: Limit,
     ) -> Result<Connection, ConnectError> {
-        match self.open(limit) {
+        let opened = self.open(limit, || limit);
+        self.counted(stats, opened)
+    }
+
+    /// Counts an opening in `connections.total` / `connections.failed`.
+    fn counted(
+        &self,
+        stats: &Stats,
+        opened: Result<Connection, (OpenFailure, String)>,
+    ) -> Result<Connection, ConnectError> {
+        match opened {
             Ok(conn) => {
                 stats.inc(Counter::ConnectionsTotal);
                 Ok(conn)
             }
-            Err(detail) => {
+            Err((failure, detail)) => {
                 stats.inc(Counter::ConnectionsFailed);
                 Err(ConnectError {
                     server: self.name.clone(),
                     detail,
+                    failure,
                 })
             }
         }
     }
 
-    /// Connects, TLS and HELLO / AUTH included, all of it within
-    /// `limit` (the name lookup and a UNIX connect too).
-    fn open(&self, limit: Limit) -> Result<Connection, String> {
+    /// Connects within `connect` (the name lookup and a UNIX connect too),
+    /// then does the handshake (TLS, HELLO / AUTH) within the limit
+    /// `handshake` gives once the socket is connected.
+    fn open<'a>(
+        &self,
+        connect: Limit<'a>,
+        handshake: impl FnOnce() -> Limit<'a>,
+    ) -> Result<Connection, (OpenFailure, String)> {
+        let unreachable = |detail: String| (OpenFailure::Unreachable, detail);
+        let socket = match &self.location {
+            Location::Tcp { host, port } => {
+                let addrs = resolve(host, *port, connect)
+                    .map_err(|err| unreachable(format!("cannot resolve {host}: {err}")))?;
+                let tcp = connect_any(&addrs, connect).map_err(|e| unreachable(e.to_string()))?;
+                Socket::Tcp(tcp, host)
+            }
+            Location::Unix(path) => Socket::Unix(connect_unix(path, connect).map_err(unreachable)?),
+        };
+        self.shake_hands(socket, handshake())
+    }
+
+    /// The handshake on a connected socket, within `limit`: TLS, then
+    /// HELLO / AUTH. Its error says whether the server answered
+    /// (`Refused`) or stayed silent until `limit` (`Silent`), and why.
+    fn shake_hands(
+        &self,
+        socket: Socket<'_>,
+        limit: Limit,
+    ) -> Result<Connection, (OpenFailure, String)> {
+        let refused = |detail: String| (OpenFailure::Refused, detail);
         // The socket timeout the TLS handshake left on the socket.
         let mut armed = None;
-        let stream = match &self.location {
-            Location::Tcp { host, port } => {
-                let addrs = resolve(host, *port, limit)
-                    .map_err(|err| format!("cannot resolve {host}: {err}"))?;
-                let tcp = connect_any(&addrs, limit).map_err(|e| e.to_string())?;
+        let stream = match socket {
+            Socket::Tcp(tcp, host) => {
                 // Requests are single writes; never wait for Nagle.
-                tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-                keep_alive(&tcp).map_err(|e| format!("TCP keepalive: {e}"))?;
+                tcp.set_nodelay(true).map_err(|e| refused(e.to_string()))?;
+                keep_alive(&tcp).map_err(|e| refused(format!("TCP keepalive: {e}")))?;
                 match &self.tls {
                     Some(tls) => {
-                        let (stream, mismatch) = Stream::tls(tls, host, tcp, &mut armed, limit)?;
+                        let (stream, mismatch) = Stream::tls(tls, host, tcp, &mut armed, limit)
+                            .map_err(|(timed_out, detail)| (silent_if(timed_out), detail))?;
                         // Taken, as hiredis takes it: said once per server.
                         if let Some(mismatch) = mismatch {
                             tls.name_mismatch_seen(&self.name, &mismatch);
@@ -132,25 +178,40 @@ impl Connector {
                     None => Stream::Tcp(tcp),
                 }
             }
-            Location::Unix(path) => Stream::Unix(connect_unix(path, limit)?),
+            Socket::Unix(unix) => Stream::Unix(unix),
         };
         let mut conn = Connection::new(stream, armed);
         if let Some(handshake) = &self.handshake {
-            // The handshake is bounded by the connect timeout too.
             if let Some(text) = shake(&mut conn, handshake, limit)? {
                 if !(self.sends_hello && text.starts_with("ERR unknown command")) {
-                    return Err(refusal(&text));
+                    return Err(refused(refusal(&text)));
                 }
                 // No HELLO here: as redis-rs does, AUTH alone and RESP2.
                 if let Some(auth) = &self.auth_without_hello {
                     if let Some(text) = shake(&mut conn, auth, limit)? {
-                        return Err(refusal(&text));
+                        return Err(refused(refusal(&text)));
                     }
                 }
             }
         }
         Ok(conn)
     }
+}
+
+/// A handshake that got no answer: `Silent` when its limit ran out.
+fn silent_if(timed_out: bool) -> OpenFailure {
+    if timed_out {
+        OpenFailure::Silent
+    } else {
+        OpenFailure::Refused
+    }
+}
+
+/// A connected socket, before its handshake.
+enum Socket<'h> {
+    /// With the host name it was reached by (TLS's SNI and name check).
+    Tcp(TcpStream, &'h str),
+    Unix(UnixStream),
 }
 
 /// The first request of a connection: `HELLO <2|3> [AUTH user pass]` when a
@@ -188,11 +249,18 @@ fn handshake(user: Option<&str>, password: Option<&str>, protocol: Protocol) -> 
 
 /// One handshake request: `Ok(None)` when accepted, `Ok(Some(text))` for
 /// an error reply, `Err` (no server text) when it got no reply.
-fn shake(conn: &mut Connection, packed: &[u8], limit: Limit) -> Result<Option<String>, String> {
+fn shake(
+    conn: &mut Connection,
+    packed: &[u8],
+    limit: Limit,
+) -> Result<Option<String>, (OpenFailure, String)> {
     match conn.request_by(packed, limit) {
         Ok(Reply::Error(text)) => Ok(Some(text)),
         Ok(_) => Ok(None),
-        Err(failure) => Err(format!("handshake failed: {failure}")),
+        Err(failure) => Err((
+            silent_if(matches!(failure, Failure::Timeout)),
+            format!("handshake failed: {failure}"),
+        )),
     }
 }
 

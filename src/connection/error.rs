@@ -44,6 +44,22 @@ pub struct ConnectError {
     /// What failed; never the server's text of a refused handshake
     /// (`redact.rs`).
     pub(crate) detail: String,
+    /// How far the opening got: what tells a dead server from a busy one.
+    pub(crate) failure: OpenFailure,
+}
+
+/// How far a failed opening got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenFailure {
+    /// No socket: the name lookup or the TCP / UNIX connect failed
+    /// (refused, reset, unreachable, timed out).
+    Unreachable,
+    /// Connected, and the handshake (TLS, `HELLO` / `AUTH`) ended with an
+    /// answer: refused, closed by the server, not TLS, a bad certificate.
+    Refused,
+    /// Connected, and the server said nothing in time during the
+    /// handshake: busy (`DEBUG SLEEP`, a long script) or frozen.
+    Silent,
 }
 
 /// No connection of a shared pool came free by the caller's deadline.

@@ -14,9 +14,13 @@ pub trait ManageConnection {
     /// What a failed open or preparation gives.
     type Error: fmt::Display;
 
-    /// A new connection, open by `deadline` (none: the connector's own
-    /// timeout only).
-    fn connect(&self, deadline: Option<Instant>) -> Result<Connection, Self::Error>;
+    /// A new connection for a command whose requests have `timeout`, open
+    /// by `deadline` (none: the connector's own timeouts only).
+    fn connect(
+        &self,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, Self::Error>;
 
     /// Whether an idle connection may take commands again at `now` (not
     /// too old, not from before a failure of its server, not closed by
@@ -53,7 +57,7 @@ pub trait ManageConnection {
         }
         let conn = match usable {
             Some(conn) => conn,
-            None => self.connect(deadline)?,
+            None => self.connect(deadline, timeout)?,
         };
         self.prepare(conn, timeout, deadline)
     }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use connector::Connector;
-pub use error::{ConnectError, Failure, PoolError, PoolTimeout, RequestError};
+pub use error::{ConnectError, Failure, OpenFailure, PoolError, PoolTimeout, RequestError};
 pub use manage::ManageConnection;
 pub(crate) use modes::{Connections, Pipelined};
 pub(crate) use redact::loggable_error;

@@ -159,17 +159,20 @@ impl Stream {
     /// A TLS session over `tcp`, its handshake done within `limit` (on a
     /// thread of its own: [`tls::handshake`]), with the name mismatch its
     /// verifier let through; `armed` gets the socket timeout it leaves on
-    /// the socket.
+    /// the socket. Its error says whether `limit` was spent (the server
+    /// stayed silent), and why.
     pub(super) fn tls(
         settings: &Tls,
         host: &str,
         tcp: TcpStream,
         armed: &mut Option<Duration>,
         limit: Limit,
-    ) -> Result<(Stream, Option<NameMismatch>), String> {
+    ) -> Result<(Stream, Option<NameMismatch>), (bool, String)> {
         let mut waits = Armed { armed, limit };
-        let (shaken, mismatch) = tls::handshake(settings, host, tcp, &mut waits)?;
-        Ok((Stream::Tls(Box::new(shaken)), mismatch))
+        match tls::handshake(settings, host, tcp, &mut waits) {
+            Ok((shaken, mismatch)) => Ok((Stream::Tls(Box::new(shaken)), mismatch)),
+            Err(detail) => Err((limit.wait().is_err(), detail)),
+        }
     }
 
     pub(super) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {

@@ -198,6 +198,7 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
         piped.lock().take().ok_or(ConnectError {
             server: "test".into(),
             detail: "connected once only".into(),
+            failure: OpenFailure::Unreachable,
         })
     });
     let result = mux
@@ -601,4 +602,87 @@ fn a_stop_flag_ends_a_connect_or_a_handshake_within_a_slice() {
             "{connector:?}: {waited:?}"
         );
     }
+}
+
+// ---- the stages of an opening ------------------------------------------
+
+/// A listener that never accepts: the kernel completes the TCP handshake
+/// (the accept queue), then nothing answers, as with a frozen server.
+fn silent_listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+/// The handshake on a connected socket (HELLO, TLS) waits for a silent
+/// server as long as its own bound (the command timeout), not the
+/// connect's (connection_timeout), as in hiredis; and the failure says
+/// the server was reached and silent.
+#[test]
+fn a_silent_handshake_ends_at_its_own_bound_and_says_so() {
+    let (_listener, addr) = silent_listener();
+    let location: Location = addr.parse().unwrap();
+    let hello = Connector::new(&location, None, None, Protocol::Resp3, None, None);
+    let files = material("silent-handshake");
+    let tls = tls_connector(&files, &addr, Duration::from_millis(50));
+    let (connect, handshake) = (Duration::from_millis(50), Duration::from_millis(600));
+    for (what, connector) in [("HELLO", &hello), ("TLS", &tls)] {
+        let started = Instant::now();
+        let result =
+            connector.connect_staged(&Stats::default(), Some(connect), Some(handshake), None);
+        let waited = started.elapsed();
+        let err = result.err().expect("no connection from a silent server");
+        assert_eq!(err.failure, OpenFailure::Silent, "{what}: {err}");
+        assert!(err.to_string().contains("timeout"), "{what}: {err}");
+        assert!(waited >= handshake, "{what}: {waited:?}");
+        assert!(waited < handshake + SLACK, "{what}: {waited:?}");
+    }
+    // A deadline ends it sooner.
+    let started = Instant::now();
+    let by = Some(Instant::now() + Duration::from_millis(200));
+    let err = (hello.connect_staged(&Stats::default(), Some(connect), Some(handshake), by))
+        .err()
+        .expect("no connection from a silent server");
+    assert_eq!(err.failure, OpenFailure::Silent);
+    assert!(started.elapsed() < Duration::from_millis(200) + SLACK);
+}
+
+/// What tells a dead server (nothing listens, it closes, it refuses the
+/// password) from a silent one.
+#[test]
+fn a_failed_opening_says_how_far_it_got() {
+    let bound = Some(Duration::from_secs(2));
+    let open = |addr: &str, password: Option<&str>| {
+        let location: Location = addr.parse().unwrap();
+        let connector = Connector::new(&location, None, password, Protocol::Resp3, None, None);
+        let result = connector.connect_staged(&Stats::default(), bound, bound, None);
+        result.err().expect("no connection").failure
+    };
+    let closed = {
+        let (listener, addr) = silent_listener();
+        drop(listener);
+        addr
+    };
+    assert_eq!(open(&closed, None), OpenFailure::Unreachable);
+    let hangs_up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hangs_up_addr = hangs_up.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for client in hangs_up.incoming().take(1) {
+            drop(client);
+        }
+    });
+    assert_eq!(open(&hangs_up_addr, None), OpenFailure::Refused);
+    let redis = RedisProcess::start(&["--requirepass", "right"]);
+    assert_eq!(open(&redis.location(), Some("wrong")), OpenFailure::Refused);
+    let (_listener, silent) = silent_listener();
+    let started = Instant::now();
+    let location: Location = silent.parse().unwrap();
+    let connector = Connector::new(&location, None, None, Protocol::Resp3, None, None);
+    let short = Some(Duration::from_millis(100));
+    let err = connector
+        .connect_staged(&Stats::default(), bound, short, None)
+        .err()
+        .expect("no connection");
+    assert_eq!(err.failure, OpenFailure::Silent);
+    assert!(started.elapsed() < SLACK);
 }

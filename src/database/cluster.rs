@@ -402,7 +402,7 @@ mod tests {
         let master = cluster.new_server(&location, Role::Master);
         let standalone_replica = standalone.new_server(&location, Role::Slave);
         let prepared = |server: &Server| {
-            let conn = server.connect(None).unwrap();
+            let conn = server.connect(None, timeout).unwrap();
             server.prepare(conn, timeout, None).unwrap()
         };
 

@@ -273,7 +273,12 @@ impl Database {
             let asked = location.to_string();
             let answer = self
                 .connector(location)
-                .connect_within(&probe_stats, cap(self.config.connection_timeout))
+                .connect_staged(
+                    &probe_stats,
+                    probe_step(self.config.connection_timeout),
+                    probe_step(self.config.command_timeout),
+                    deadline,
+                )
                 .map_err(|err| {
                     if at_load {
                         if let Some(server) = topology.by_location(location) {

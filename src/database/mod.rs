@@ -360,7 +360,6 @@ impl Database {
         let policy = ConnectionPolicy {
             stats: self.stats.clone(),
             connect_timeout: config.connection_timeout,
-            command_timeout: config.command_timeout,
             ttl: config.connection_ttl,
             readonly_replicas: self.cluster.is_some(),
             identify: self.near_cache.is_some(),
@@ -412,10 +411,12 @@ impl Database {
     /// marked sick (avoided while others can serve).
     fn discover_role(&self, server: &Server) -> Option<Role> {
         let probe_stats = Stats::default();
-        let mut conn = match server
-            .connector
-            .connect_within(&probe_stats, probe_step(self.config.connection_timeout))
-        {
+        let mut conn = match server.connector.connect_staged(
+            &probe_stats,
+            probe_step(self.config.connection_timeout),
+            probe_step(self.config.command_timeout),
+            None,
+        ) {
             Ok(conn) => conn,
             Err(_) => {
                 server.health.mark_failed();

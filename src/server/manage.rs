@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::Server;
 use crate::config::Role;
-use crate::connection::{within, Connection, Failure, ManageConnection};
+use crate::connection::{within, Connection, Failure, ManageConnection, OpenFailure};
 use crate::error::Error;
 use crate::protocol::resp::ProtocolError;
 use crate::protocol::Reply;
@@ -31,31 +31,72 @@ pub(crate) fn run_id(info: &Reply) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
+/// The bounds of the two stages of an opening for a command whose
+/// timeout is `command` (none: 0), as the C VMOD has them: the TCP / UNIX
+/// connect within `connection_timeout` (the command's timeout when that
+/// is 0), then the handshake on the connected socket (TLS, `HELLO` /
+/// `AUTH`) within the command's timeout, as hiredis's socket timeout
+/// bounds it. With no command timeout the C VMOD's handshake waits for
+/// ever; ours within `connection_timeout`: a server that accepts and
+/// never answers does not hold a worker for good (none if both are 0).
+pub(crate) fn opening_bounds(
+    connection: Option<Duration>,
+    command: Option<Duration>,
+) -> (Option<Duration>, Option<Duration>) {
+    (connection.or(command), command.or(connection))
+}
+
+/// Whether a failed opening spaces the next attempts to its server (the
+/// reconnect back-off, whose attempts meanwhile fail at once). A server
+/// that could not be reached (connect refused, reset or timed out, name
+/// unknown) or that refused the handshake (wrong password, certificate,
+/// closed) would fail every attempt alike: spaced. One that accepted and
+/// stayed silent in the handshake is alive and busy (`DEBUG SLEEP`, a
+/// long script) or frozen: not spaced, as after a command that timed out
+/// on an open connection; each command waits for it within its own
+/// timeout, and once a frozen server's accept queue is full, its connects
+/// time out and are spaced.
+pub(crate) fn backs_off(failure: OpenFailure) -> bool {
+    match failure {
+        OpenFailure::Unreachable | OpenFailure::Refused => true,
+        OpenFailure::Silent => false,
+    }
+}
+
 impl ManageConnection for Server {
     type Error = Error;
 
-    /// A new connection; a failure makes the server sick and spaces the
-    /// next attempts, which fail at once until then.
-    fn connect(&self, deadline: Option<Instant>) -> Result<Connection, Error> {
+    /// A new connection for a command of `timeout`; a failure makes the
+    /// server sick, and one that did not reach a live server
+    /// ([`backs_off`]) spaces the next attempts, which fail at once until
+    /// then.
+    fn connect(
+        &self,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, Error> {
         if let Err(wait) = self.health.may_connect() {
             return Err(Error::Backoff {
                 server: self.location().to_string(),
                 retry_in_ms: wait.as_millis().max(1),
             });
         }
-        // With connection_timeout=0 (none), a server that accepts and never
-        // answers the handshake would hold the worker for good: the
-        // command timeout bounds it then.
         let policy = &self.policy;
-        let timeout = within(policy.connect_timeout.or(policy.command_timeout), deadline);
-        match self.connector.connect_within(&policy.stats, timeout) {
+        let (connect, handshake) = opening_bounds(policy.connect_timeout, timeout);
+        match (self.connector).connect_staged(&policy.stats, connect, handshake, deadline) {
             Ok(conn) => {
                 self.health.connect_succeeded();
                 Ok(conn)
             }
             Err(err) => {
                 self.health.mark_failed();
-                self.health.connect_failed();
+                if backs_off(err.failure) {
+                    self.health.connect_failed();
+                } else {
+                    // It answered the connect: reached, as when a command
+                    // times out on a connection already open.
+                    self.health.connect_succeeded();
+                }
                 Err(err.into())
             }
         }
@@ -167,5 +208,32 @@ impl Server {
             server,
             source: failure,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Option<Duration> = |ms| Some(Duration::from_millis(ms));
+
+    #[test]
+    fn the_handshake_is_bounded_by_the_command_timeout_the_connect_by_connection_timeout() {
+        // As hiredis: connect within connection_timeout, the rest within
+        // the command's timeout, whichever is longer.
+        assert_eq!(opening_bounds(MS(200), MS(5_000)), (MS(200), MS(5_000)));
+        assert_eq!(opening_bounds(MS(1_000), MS(100)), (MS(1_000), MS(100)));
+        // connection_timeout=0: the command's timeout for both.
+        assert_eq!(opening_bounds(None, MS(300)), (MS(300), MS(300)));
+        // No command timeout: never for ever while connection_timeout has one.
+        assert_eq!(opening_bounds(MS(200), None), (MS(200), MS(200)));
+        assert_eq!(opening_bounds(None, None), (None, None));
+    }
+
+    #[test]
+    fn only_a_server_that_was_not_reached_or_refused_is_backed_off() {
+        assert!(backs_off(OpenFailure::Unreachable));
+        assert!(backs_off(OpenFailure::Refused));
+        assert!(!backs_off(OpenFailure::Silent));
     }
 }

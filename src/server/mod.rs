@@ -24,8 +24,6 @@ pub(crate) struct ConnectionPolicy {
     pub(crate) stats: Arc<Stats>,
     /// `connection_timeout` (`None`: no bound of its own).
     pub(crate) connect_timeout: Option<Duration>,
-    /// `command_timeout`: bounds a connect without a timeout of its own.
-    pub(crate) command_timeout: Option<Duration>,
     /// `connection_ttl`.
     pub(crate) ttl: Option<Duration>,
     /// A cluster database: connections to a replica get `READONLY` first.
@@ -249,7 +247,6 @@ impl Server {
         let policy = ConnectionPolicy {
             stats,
             connect_timeout: None,
-            command_timeout: None,
             ttl: None,
             readonly_replicas: false,
             identify: false,

@@ -1,14 +1,23 @@
 //! Scenario 2: Redis SIGSTOPped for 5 s under load.
 use super::*;
 
-pub(crate) fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
+/// `protocol`: empty for none (no handshake), else `RESP3`: every new
+/// connection opens with `HELLO 3`, which the frozen server never
+/// answers (bounded by the command timeout, not spaced: it accepted).
+pub(crate) fn s2_freeze(mode: Mode, retries: u32, protocol: &'static str) -> Result<(), Failed> {
     let mut db = DbSpec::new("db", mode);
     db.max_connections = if mode.shared() { 4 } else { 1 };
     db.connection_timeout = 200;
     db.command_timeout = 200;
     db.retries = retries;
+    db.protocol = protocol;
+    let suffix = if protocol.is_empty() {
+        String::new()
+    } else {
+        format!("-{}", protocol.to_lowercase())
+    };
     let mut s = Setup::start(
-        &format!("s2-{}-r{retries}", mode.name()),
+        &format!("s2-{}-r{retries}{suffix}", mode.name()),
         std::slice::from_ref(&db),
     )?;
     let bound = db.command_bound();
@@ -41,8 +50,9 @@ pub(crate) fn s2_freeze(mode: Mode, retries: u32) -> Result<(), Failed> {
     let last_fallback_end = report.last_fallback_end();
     let first_ok_after = report.first_ok_after(continued);
     s.say(format!(
-        "{clients} clients, {:.1} s; connection_timeout {} ms, command_timeout {} ms, retries {retries}, {}; bound per command {} ms; SIGSTOP at {stopped:.2} s, SIGCONT at {continued:.2} s",
+        "{clients} clients, {:.1} s; protocol {}, connection_timeout {} ms, command_timeout {} ms, retries {retries}, {}; bound per command {} ms; SIGSTOP at {stopped:.2} s, SIGCONT at {continued:.2} s",
         report.secs,
+        if protocol.is_empty() { "default" } else { protocol },
         db.connection_timeout,
         db.command_timeout,
         match mode {

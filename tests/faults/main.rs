@@ -38,7 +38,9 @@
 //!   timeouts 200 ms, shared pool of 4): every request within
 //!   `(connection_timeout + command_timeout) x (1 + retries) + 50 ms`,
 //!   no fallback once that long (plus the 1 s reconnect spacing cap) after
-//!   SIGCONT.
+//!   SIGCONT. `s2.freeze.*.resp3`: the same with `protocol = RESP3`
+//!   (retries 0), every new connection's `HELLO 3` unanswered while frozen
+//!   (bounded by the command timeout, not spaced: the server accepted).
 //! * `s3.pool-exhaustion.*`: 200 clients, `max_connections=1`, fast commands
 //!   then one in four a script holding Redis 10 ms: every request replied or timed
 //!   out within the bound, `workers.blocked` counts (shared), replies in
@@ -319,9 +321,13 @@ fn main() {
         for retries in [0, 1] {
             trials.push(Trial::test(
                 format!("s2.freeze.{}.retries{retries}", mode.name()),
-                move || s2_freeze(mode, retries),
+                move || s2_freeze(mode, retries, ""),
             ));
         }
+        trials.push(Trial::test(
+            format!("s2.freeze.{}.resp3", mode.name()),
+            move || s2_freeze(mode, 0, "RESP3"),
+        ));
     }
     trials.push(Trial::test("s3.pool-exhaustion.shared", || {
         s3_pool_exhaustion(Mode::Shared)

@@ -38,6 +38,8 @@ pub(crate) struct DbSpec {
     pub(crate) near_cache: u64,
     /// `password` (empty: none).
     pub(crate) password: &'static str,
+    /// `protocol` (empty: the default, no `HELLO`).
+    pub(crate) protocol: &'static str,
 }
 
 impl DbSpec {
@@ -53,6 +55,7 @@ impl DbSpec {
             cluster: false,
             near_cache: 0,
             password: "",
+            protocol: "",
         }
     }
 
@@ -73,7 +76,7 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{}{});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{}{}{});\n",
             db.name,
             if db.cluster { "cluster" } else { "master" },
             db.mode.shared(),
@@ -96,6 +99,11 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
                 String::new()
             } else {
                 format!(", password = \"{}\"", db.password)
+            },
+            if db.protocol.is_empty() {
+                String::new()
+            } else {
+                format!(", protocol = {}", db.protocol)
             }
         ));
     }

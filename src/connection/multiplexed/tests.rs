@@ -319,6 +319,7 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
         Err(ConnectError {
             server: "test".into(),
             detail: "refused".into(),
+            failure: crate::connection::OpenFailure::Refused,
         })
     });
     let refused = mux

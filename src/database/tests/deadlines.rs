@@ -151,3 +151,60 @@ fn a_timeout_and_retries_past_the_clock_mean_no_bound_not_a_panic() {
         );
     }
 }
+
+/// A new connection's handshake (`HELLO 3` here) waits for a server that
+/// accepted as long as the command's timeout, not `connection_timeout`
+/// (as hiredis: the C VMOD sets the command timeout on the socket before
+/// it); and a server that accepted and stayed silent is not put into the
+/// reconnect spacing: the next command waits for it again instead of
+/// failing at once. With no command timeout, `connection_timeout` bounds
+/// the handshake: never for ever.
+#[test]
+fn a_handshake_waits_the_command_timeout_and_a_silent_server_is_not_spaced() {
+    let silent = silent_server();
+    for shared in [false, true] {
+        let db = |command_timeout| {
+            let args = DbArgs {
+                location: &silent,
+                role: "master",
+                protocol: "RESP3",
+                connection_timeout: 50,
+                command_timeout,
+                shared_connections: shared,
+                ..DbArgs::default()
+            };
+            Database::new("db", DbConfig::from_args(&args).unwrap()).unwrap()
+        };
+        let timed = |db: &Database| {
+            let started = Instant::now();
+            let err = run(db, &["PING"]).unwrap_err();
+            (started.elapsed(), err)
+        };
+        let waits = db(400);
+        for attempt in 0..2 {
+            let (waited, err) = timed(&waits);
+            assert!(matches!(err, Error::Connect(_)), "{attempt}: {err}");
+            assert!(
+                err.to_string().contains("handshake failed: timeout"),
+                "{err}"
+            );
+            assert!(
+                waited >= Duration::from_millis(400),
+                "{attempt}: {waited:?}"
+            );
+            assert!(
+                waited < Duration::from_millis(1400),
+                "{attempt}: {waited:?}"
+            );
+        }
+        let (waited, err) = timed(&db(0));
+        assert!(
+            err.to_string().contains("handshake failed: timeout"),
+            "{err}"
+        );
+        assert!(
+            waited < Duration::from_millis(1000),
+            "no command timeout: {waited:?}"
+        );
+    }
+}
