@@ -39,7 +39,11 @@ fn main() {
         .arg(out.join("vcc_if"))
         .arg("-w")
         .arg(&out)
-        .arg(&vcc)
+        // Relative, from OUT_DIR: vmodtool (8.0+) runs `git -C <its
+        // directory>` and writes vmod_vcs_version.txt into its working
+        // directory; as before the variant, it finds no git and writes nothing.
+        .arg("vmod.vcc")
+        .current_dir(&out)
         .status()
         .expect("cannot run python3 vmodtool.py");
     assert!(status.success(), "vmodtool.py failed on vmod.vcc");
