@@ -36,7 +36,10 @@ pub(crate) enum Directive {
     /// `#@ vrt >= N` / `#@ vrt < N`: the trial runs only when the module is
     /// built against a Varnish whose VRT major (vrt.h) holds it, for what
     /// differs by release (the C VMOD's `redis.db()` argument order).
-    Vrt { at_least: bool, major: u32 },
+    Vrt {
+        at_least: bool,
+        major: u32,
+    },
 }
 
 impl Directive {

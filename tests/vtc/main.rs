@@ -166,10 +166,11 @@ const PORT_ATTEMPTS: usize = 5;
 const MAX_OUTPUT: usize = 512 * 1024;
 const LOG_TAIL_LINES: usize = 40;
 /// The VRT major of the Varnish the module is built against (build.rs).
-const BUILT_VRT_MAJOR: u32 = match u32::from_str_radix(env!("VMOD_REDIS_VRT_MAJOR"), 10) {
-    Ok(major) => major,
-    Err(_) => panic!("VMOD_REDIS_VRT_MAJOR is not a number"),
-};
+fn built_vrt_major() -> u32 {
+    env!("VMOD_REDIS_VRT_MAJOR")
+        .parse()
+        .expect("build.rs sets VMOD_REDIS_VRT_MAJOR to a number")
+}
 
 fn main() {
     let mut args = Arguments::from_args();
@@ -200,7 +201,7 @@ fn main() {
             let other_vrt = fs::read_to_string(&file)
                 .ok()
                 .and_then(|text| parse_directives(&text).ok())
-                .is_some_and(|ds| ds.iter().any(|d| !d.runs_on_vrt(BUILT_VRT_MAJOR)));
+                .is_some_and(|ds| ds.iter().any(|d| !d.runs_on_vrt(built_vrt_major())));
             Trial::test(name, move || run_file(&file)).with_ignored_flag(other_vrt)
         })
         .collect();
