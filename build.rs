@@ -23,23 +23,27 @@ fn main() {
         .cargo_metadata(false)
         .probe("varnishapi")
         .expect("varnishapi not found: apt-get install libvarnishapi-dev");
-    let series = varnish_series(&varnish.version);
-    println!(
-        "cargo::rustc-check-cfg=cfg(varnish, values({}))",
-        quoted(TESTED_SERIES)
-    );
-    println!("cargo::rustc-cfg=varnish=\"{series}\"");
+    let vrt = Vrt::from_headers(&varnish.include_paths);
+    vrt.emit_cfgs(&varnish.version);
     let vmodtool = pkg_config::get_variable("varnishapi", "vmodtool")
         .expect("pkg-config varnishapi has no vmodtool variable");
 
-    // 1. vmod.vcc -> vcc_if.c, vcc_if.h, vmod_redis.rst, vmod_redis.man.rst
+    // 1. vmod.vcc (in this VRT's variant) -> vcc_if.c, vcc_if.h,
+    //    vmod_redis.rst, vmod_redis.man.rst
+    let vcc = out.join("vmod.vcc");
+    let text = fs::read_to_string("vmod.vcc").expect("read vmod.vcc");
+    fs::write(&vcc, vrt.vcc_variant(&text)).expect("write vmod.vcc variant");
     let status = Command::new("python3")
         .arg(&vmodtool)
         .arg("-o")
         .arg(out.join("vcc_if"))
         .arg("-w")
         .arg(&out)
+        // Relative, from OUT_DIR: vmodtool (8.0+) runs `git -C <its
+        // directory>` and writes vmod_vcs_version.txt into its working
+        // directory; as before the variant, it finds no git and writes nothing.
         .arg("vmod.vcc")
+        .current_dir(&out)
         .status()
         .expect("cannot run python3 vmodtool.py");
     assert!(status.success(), "vmodtool.py failed on vmod.vcc");
@@ -146,39 +150,124 @@ fn write_vsc_names(vsc: &std::path::Path, dest: &std::path::Path) {
     .expect("write vsc_names.rs");
 }
 
-/// The Varnish release series the tree has been built and tested against.
-/// Each differs from the others only inside src/ffi, under `cfg(varnish = ...)`
-/// (8.0 is VRT 22.0: the `magic` of `strands` and `vrt_blob`, hdr_t).
-const TESTED_SERIES: &[&str] = &["7.1", "7.7", "8.0"];
+/// The VRT (VMOD ABI) versions the tree has been built and tested against,
+/// with the Varnish releases that declare them.
+const TESTED_VRT: &[(u32, &str)] = &[(15, "7.1"), (21, "7.7"), (22, "8.0.0, trunk 27d2ce15b")];
+/// The oldest VRT major src/ffi has a layout for (Varnish 7.1).
+const OLDEST_VRT: u32 = 15;
 
-/// "7.1" for libvarnishapi 7.1.1; refuses a series the tree was not tested on.
-fn varnish_series(version: &str) -> &'static str {
-    let mut parts = version.split('.');
-    let series = format!(
-        "{}.{}",
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default()
-    );
-    TESTED_SERIES
-        .iter()
-        .find(|tested| **tested == series)
-        .copied()
-        .unwrap_or_else(|| {
-            panic!(
-                "libvarnishapi {version} is installed, but this tree is built and tested only \
-                 against Varnish {}: build against one of those (Debian 12: 7.1, Debian 13: 7.7, from source: \
-                 `eval \"$(bash scripts/varnish 8.0)\"`)",
-                TESTED_SERIES.join(", ")
-            )
-        })
+/// What vrt.h says (`VRT_MAJOR_VERSION`, `VRT_MINOR_VERSION`): which
+/// layouts src/ffi compiles against is decided by it, not by the release
+/// string pkg-config reports ("trunk" for a development tree).
+struct Vrt {
+    major: u32,
+    minor: u32,
 }
 
-fn quoted(values: &[&str]) -> String {
-    values
-        .iter()
-        .map(|v| format!("\"{v}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
+impl Vrt {
+    fn from_headers(include_paths: &[PathBuf]) -> Vrt {
+        let vrt_h = include_paths
+            .iter()
+            .map(|dir| dir.join("vrt.h"))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| {
+                panic!("no vrt.h in the varnishapi include paths {include_paths:?}")
+            });
+        println!("cargo:rerun-if-changed={}", vrt_h.display());
+        let text = fs::read_to_string(&vrt_h).expect("read vrt.h");
+        let define = |name: &str| -> u32 {
+            text.lines()
+                .find_map(|line| {
+                    let mut words = line.split_whitespace();
+                    (words.next() == Some("#define") && words.next() == Some(name))
+                        .then(|| words.next())
+                        .flatten()
+                })
+                .and_then(|v| v.trim_end_matches(['U', 'u']).parse().ok())
+                .unwrap_or_else(|| panic!("{}: no numeric #define {name}", vrt_h.display()))
+        };
+        Vrt {
+            major: define("VRT_MAJOR_VERSION"),
+            minor: define("VRT_MINOR_VERSION"),
+        }
+    }
+
+    /// The cfgs src/ffi (and the tests) read, each named by what changed:
+    /// * `vrt_vxid_t`: VSL transaction ids are the 64-bit `vxid_t` struct
+    ///   (VRT 17.0, Varnish 7.3), not an integer;
+    /// * `vrt_struct_magic`: `struct strands` and `struct vrt_blob` carry a
+    ///   `magic` that varnishd checks (VRT 22.0, Varnish 8.0);
+    /// * `cvmod_db_debug_first`: the C VMOD for this Varnish (its 8.0, 9.0
+    ///   and main branches) has `redis.db(..., debug, max_cluster_hops)`, so
+    ///   ours takes that order (see [`Vrt::vcc_variant`]).
+    ///
+    /// A VRT older than [`OLDEST_VRT`] is refused; one not in [`TESTED_VRT`]
+    /// (Varnish 9.0 is VRT 23) builds with the newest layout that applies
+    /// and a warning.
+    fn emit_cfgs(&self, release: &str) {
+        let Vrt { major, minor } = *self;
+        assert!(
+            major >= OLDEST_VRT,
+            "libvarnishapi {release} declares VRT {major}.{minor} (vrt.h), older than VRT \
+             {OLDEST_VRT}.0 (Varnish 7.1), the oldest this tree has a layout for: build against \
+             Varnish 7.1 or later (Debian 12: 7.1, Debian 13: 7.7, from source: \
+             `eval \"$(bash scripts/varnish 8.0)\"`)"
+        );
+        if !TESTED_VRT.iter().any(|(tested, _)| *tested == major) {
+            let tested: Vec<String> = TESTED_VRT
+                .iter()
+                .map(|(vrt, release)| format!("VRT {vrt} (Varnish {release})"))
+                .collect();
+            println!(
+                "cargo:warning=libvarnishapi {release} declares VRT {major}.{minor}, which this \
+                 tree has not been tested against (tested: {}); it builds with the layout of \
+                 the newest VRT it knows that applies: run the test suite before using it",
+                tested.join(", ")
+            );
+        }
+        let cfgs = [
+            ("vrt_vxid_t", major >= 17),
+            ("vrt_struct_magic", major >= 22),
+            ("cvmod_db_debug_first", self.cvmod_db_debug_first()),
+        ];
+        for (name, on) in cfgs {
+            println!("cargo::rustc-check-cfg=cfg({name})");
+            if on {
+                println!("cargo::rustc-cfg={name}");
+            }
+        }
+        // For the vtc harness (`#@ vrt` directives) and messages.
+        println!("cargo::rustc-env=VMOD_REDIS_VRT_MAJOR={major}");
+    }
+
+    /// The C VMOD's releases for Varnish 8.0 and later (VRT 22+) have
+    /// `debug` in `redis.db()`, before `max_cluster_hops`.
+    fn cvmod_db_debug_first(&self) -> bool {
+        self.major >= 22
+    }
+
+    /// vmod.vcc as vmodtool reads it for this VRT. vmod.vcc has no
+    /// conditionals, and is written in the 7.1/7.7 order (`debug` after
+    /// `max_cluster_hops`, an [ext] there); for the C VMOD's 8.0+ order the
+    /// two arguments swap, so that a VCL passing them by position means
+    /// what it meant with the C VMOD.
+    fn vcc_variant(&self, vcc: &str) -> String {
+        if !self.cvmod_db_debug_first() {
+            return vcc.to_string();
+        }
+        const ORDER_7: &str = ", INT max_cluster_hops=32, BOOL debug=0,";
+        const ORDER_8: &str = ", BOOL debug=0, INT max_cluster_hops=32,";
+        let line = vcc
+            .lines()
+            .find(|l| l.starts_with("$Object db("))
+            .expect("vmod.vcc has no `$Object db(` line");
+        assert_eq!(
+            line.matches(ORDER_7).count(),
+            1,
+            "vmod.vcc: `$Object db(` must hold `{ORDER_7}` once (build.rs swaps it for VRT 22+)"
+        );
+        vcc.replacen(line, &line.replacen(ORDER_7, ORDER_8, 1), 1)
+    }
 }
 
 /// Names of the `vmod_*` functions vcc_if.h declares (`VPFX(name)(` or the

@@ -16,10 +16,10 @@ use super::bindings::{
 };
 
 /// The transaction id of a record that belongs to no transaction: an
-/// integer up to Varnish 7.1, a `vxid_t` struct (`NO_VXID`) from 7.3 on.
-#[cfg(varnish = "7.1")]
+/// integer up to Varnish 7.2, a `vxid_t` struct (`NO_VXID`) from 7.3 on.
+#[cfg(not(vrt_vxid_t))]
 const NO_VXID: u32 = 0;
-#[cfg(not(varnish = "7.1"))]
+#[cfg(vrt_vxid_t)]
 const NO_VXID: bindings::vxid_t = bindings::vxids { vxid: 0 };
 
 /// Which VSL tag a message goes to.
@@ -129,7 +129,7 @@ impl<'a> Ctx<'a> {
         let mut parts = [text.as_ptr()];
         let strands = bindings::strands {
             // 8.0 (VRT 22.0) checks the magic of what VMODs pass in.
-            #[cfg(varnish = "8.0")]
+            #[cfg(vrt_struct_magic)]
             magic: bindings::STRANDS_MAGIC,
             n: 1,
             p: parts.as_mut_ptr(),
@@ -169,7 +169,7 @@ impl<'a> Ctx<'a> {
             ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
             let blob = blob.cast::<vrt_blob>();
             blob.write(vrt_blob {
-                #[cfg(varnish = "8.0")]
+                #[cfg(vrt_struct_magic)]
                 magic: bindings::VRT_BLOB_MAGIC,
                 type_: 0,
                 len: bytes.len(),

@@ -295,8 +295,10 @@ pub unsafe extern "C" fn vmod_db__init(
     password: VCL_STRING,
     sickness_ttl: VCL_INT,
     ignore_slaves: VCL_BOOL,
+    // The C VMOD's order for this Varnish (build.rs: `cvmod_db_debug_first`).
+    #[cfg(cvmod_db_debug_first)] debug: VCL_BOOL,
     max_cluster_hops: VCL_INT,
-    debug: VCL_BOOL,
+    #[cfg(not(cvmod_db_debug_first))] debug: VCL_BOOL,
     pipelining: VCL_BOOL,
     near_cache: VCL_INT,
     near_cache_ttl: VCL_INT,

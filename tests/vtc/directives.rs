@@ -33,6 +33,23 @@ pub(crate) enum Directive {
     },
     Timeout(u64),
     Env(String, String),
+    /// `#@ vrt >= N` / `#@ vrt < N`: the trial runs only when the module is
+    /// built against a Varnish whose VRT major (vrt.h) holds it, for what
+    /// differs by release (the C VMOD's `redis.db()` argument order).
+    Vrt {
+        at_least: bool,
+        major: u32,
+    },
+}
+
+impl Directive {
+    /// False for a `#@ vrt` condition that `built_major` does not meet.
+    pub(crate) fn runs_on_vrt(&self, built_major: u32) -> bool {
+        match *self {
+            Directive::Vrt { at_least, major } => (built_major >= major) == at_least,
+            _ => true,
+        }
+    }
 }
 
 pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
@@ -115,6 +132,16 @@ pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
                 [name, value] => Directive::Env(name.clone(), value.clone()),
                 _ => return Err(at("usage: #@ env NAME VALUE".into())),
             },
+            "vrt" => {
+                let usage = || at("usage: #@ vrt >= N | #@ vrt < N".into());
+                match params {
+                    [op, n] if op == ">=" || op == "<" => Directive::Vrt {
+                        at_least: op == ">=",
+                        major: n.parse().map_err(|_| usage())?,
+                    },
+                    _ => return Err(usage()),
+                }
+            }
             other => return Err(at(format!("unknown directive {other:?}"))),
         };
         out.push(directive);

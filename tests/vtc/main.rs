@@ -37,6 +37,8 @@
 //!                                  after AFTER_MS (default 0) at full speed per connection (tests/vtc/trickle.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
+//! #@ vrt >= N | #@ vrt < N         run only against a Varnish of that VRT major (vrt.h; 7.1: 15, 7.7: 21,
+//!                                  8.0 and trunk: 22), else the trial is listed as ignored
 //! ```
 //!
 //! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
@@ -163,6 +165,12 @@ const PORT_ATTEMPTS: usize = 5;
 /// Keep at most this much of varnishtest's output in a failure message.
 const MAX_OUTPUT: usize = 512 * 1024;
 const LOG_TAIL_LINES: usize = 40;
+/// The VRT major of the Varnish the module is built against (build.rs).
+fn built_vrt_major() -> u32 {
+    env!("VMOD_REDIS_VRT_MAJOR")
+        .parse()
+        .expect("build.rs sets VMOD_REDIS_VRT_MAJOR to a number")
+}
 
 fn main() {
     let mut args = Arguments::from_args();
@@ -189,7 +197,12 @@ fn main() {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            Trial::test(name, move || run_file(&file))
+            // A `#@ vrt` condition this build does not meet: listed, ignored.
+            let other_vrt = fs::read_to_string(&file)
+                .ok()
+                .and_then(|text| parse_directives(&text).ok())
+                .is_some_and(|ds| ds.iter().any(|d| !d.runs_on_vrt(built_vrt_major())));
+            Trial::test(name, move || run_file(&file)).with_ignored_flag(other_vrt)
         })
         .collect();
     // Not a vtc file: every command the server lists, through varnishd
@@ -337,6 +350,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 timeout = *t;
                 continue;
             }
+            Directive::Vrt { .. } => continue, // decided when the trial was made
             Directive::Trickle {
                 name,
                 target,
