@@ -54,8 +54,9 @@ pub(crate) fn opening_bounds(
 /// stayed silent in the handshake is alive and busy (`DEBUG SLEEP`, a
 /// long script) or frozen: not spaced, as after a command that timed out
 /// on an open connection; each command waits for it within its own
-/// timeout, and once a frozen server's accept queue is full, its connects
-/// time out and are spaced.
+/// timeout (a stopped Redis stops accepting once its `tcp-backlog` is
+/// full, then connects time out and are spaced; a proxy in front of a
+/// stuck one may accept for ever, and each command waits its timeout).
 pub(crate) fn backs_off(failure: OpenFailure) -> bool {
     match failure {
         OpenFailure::Unreachable | OpenFailure::Refused => true,
