@@ -130,6 +130,7 @@
 #[path = "../support/cluster.rs"]
 mod cluster;
 mod directives;
+mod modes;
 mod report;
 #[path = "../support/sentinel.rs"]
 mod sentinel;
@@ -142,7 +143,8 @@ mod tls_material;
 mod trickle;
 
 use directives::*;
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use modes::Mode;
 use report::*;
 use servers::*;
 use std::collections::HashMap;
@@ -182,6 +184,13 @@ fn main() {
         Err(_) => Vec::new(),
     };
     files.sort();
+    let mode = match Mode::from_env() {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("vtc: {e}");
+            std::process::exit(2);
+        }
+    };
     let mut trials: Vec<Trial> = files
         .into_iter()
         .map(|file| {
@@ -189,12 +198,20 @@ fn main() {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            Trial::test(name, move || run_file(&file))
+            Trial::ignorable_test(name, move || run_file(&file, mode))
         })
         .collect();
     // Not a vtc file: every command the server lists, through varnishd
     // (tests/vtc/sweep/).
-    trials.push(Trial::test("sweep.commands", sweep::run));
+    let described = mode.describe();
+    trials.push(match described.as_str() {
+        "plain" => Trial::test("sweep.commands", sweep::run),
+        _ => Trial::ignorable_test("sweep.commands", move || {
+            Ok(Completion::ignored_with(format!(
+                "not in {described}: its VCL is written by tests/vtc/sweep, which has no modes"
+            )))
+        }),
+    });
     let conclusion = libtest_mimic::run(&args, trials);
     if let Some(base) = support::created_base_dir() {
         if !keep() {
@@ -283,9 +300,16 @@ impl Fixture {
     }
 }
 
-fn run_file(file: &Path) -> Result<(), Failed> {
+fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
     let text = fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
     let directives = parse_directives(&text)?;
+    for d in &directives {
+        if let Directive::NotIn { modes, reason } = d {
+            if let Some(m) = modes.iter().find(|m| mode.is(m)) {
+                return Ok(Completion::ignored_with(format!("not in {m}: {reason}")));
+            }
+        }
+    }
     let so = support::vmod_so()?;
 
     let stem = file
@@ -313,6 +337,18 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         ),
         ("harness_tmpdir".into(), dir.display().to_string()),
     ];
+    if mode.tls {
+        let material = make_tls_material(&dir)?;
+        let ca = material.iter().find(|(k, _)| k == "tls_ca").map(|(_, v)| v.clone());
+        let ca = ca.ok_or("no tls_ca in the TLS material")?;
+        macros.retain(|(k, _)| k != "redis_cli");
+        let cli = which(&support::cli_program(), "/usr/bin/redis-cli");
+        macros.push(("redis_cli".into(), modes::write_tls_cli(&dir, &cli, &ca)?));
+        macros.extend(mode.macros(Some(&ca)));
+        macros.extend(material);
+    } else {
+        macros.extend(mode.macros(None));
+    }
     if text.contains("${vmod_so_copy}") {
         let copy = support::vmod_so_copy()?;
         macros.push(("vmod_so_copy".into(), copy.display().to_string()));
@@ -329,7 +365,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         let (name, master, raw_args) = match d {
             Directive::Sentinel { .. } => {
                 let started =
-                    start_sentinel(d, &directives, &dir, &mut ports, &mut macros, &mut fx);
+                    start_sentinel(d, &directives, &dir, mode, &mut ports, &mut macros, &mut fx);
                 sentinels.push(started?);
                 continue;
             }
@@ -362,15 +398,29 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 env.push((name.clone(), expand(value, &macros)?));
                 continue;
             }
+            Directive::NotIn { .. } => continue,
             Directive::Cluster { name, args } => {
                 if !valid_name(name) {
                     return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
                 }
                 let servers = &mut fx.servers;
+                let material = &macros;
                 let mut start_node = |node: &str, node_args: &[String]| {
-                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, node_args, servers)?;
+                    let mut node_args = node_args.to_vec();
+                    let tls_port = match mode.tls {
+                        true => Some(modes::cluster_tls_port()?),
+                        false => None,
+                    };
+                    if let Some(tls_port) = tls_port {
+                        node_args.extend(modes::server_tls_args(tls_port, material)?);
+                    }
+                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, &node_args, servers)?;
                     let server = servers.last().expect("started node");
-                    Ok((server.port, server.child.id()))
+                    Ok(cluster::Node {
+                        port: server.port,
+                        client_port: tls_port.unwrap_or(server.port),
+                        pid: server.child.id(),
+                    })
                 };
                 match cluster::start(&dir, name, args, &mut start_node) {
                     Ok(cluster_macros) => macros.extend(cluster_macros),
@@ -381,14 +431,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             Directive::Redis { name, args, .. } => (name, None, args),
             Directive::Replica { name, master, args } => (name, Some(master), args),
         };
-        let tls_port = match d {
+        // `#@ redis-tls`: a TLS port besides the plain one, which its
+        // macros keep; TLS mode: its macros are the TLS port's.
+        let (tls_port, tls_mode_port) = match d {
             Directive::Redis { tls: true, .. } => {
                 if !macros.iter().any(|(k, _)| k == "tls_ca") {
                     macros.extend(make_tls_material(&dir)?);
                 }
-                Some(support::free_port()?)
+                (Some(support::free_port()?), None)
             }
-            _ => None,
+            _ if mode.tls => (None, Some(support::free_port()?)),
+            _ => (None, None),
         };
         if !valid_name(name) {
             return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
@@ -404,24 +457,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         };
         let mut args = Vec::new();
         if let Some(tls_port) = tls_port {
-            let tls_args = [
-                "--tls-port",
-                &tls_port.to_string(),
-                "--tls-cert-file",
-                "${tls_server_cert}",
-                "--tls-key-file",
-                "${tls_server_key}",
-                "--tls-ca-cert-file",
-                "${tls_ca}",
-                "--tls-auth-clients",
-                "optional",
-            ];
-            args.extend(
-                tls_args
-                    .iter()
-                    .map(|a| expand(a, &macros))
-                    .collect::<Result<Vec<_>, _>>()?,
-            );
+            args.extend(sentinel::tls_args(tls_port, &macros)?);
+        }
+        if let Some(tls_port) = tls_mode_port {
+            args.extend(modes::server_tls_args(tls_port, &macros)?);
         }
         args.extend(
             raw_args
@@ -440,15 +479,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 return Err(format!("replica {name}: {e}{}", fx.logs()).into());
             }
         }
-        ports.insert(name.clone(), (host, port));
+        let client_port = tls_mode_port.unwrap_or(port);
+        ports.insert(name.clone(), (host, client_port));
         let sock = dir.join(format!("{name}.sock")).display().to_string();
-        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+        macros.push((format!("{name}_addr"), format!("{host}:{client_port}")));
         macros.push((format!("{name}_host"), host.to_string()));
         macros.push((
             format!("{name}_restart"),
             dir.join(format!("{name}.restart")).display().to_string(),
         ));
-        macros.push((format!("{name}_port"), port.to_string()));
+        macros.push((format!("{name}_port"), client_port.to_string()));
+        macros.push((format!("{name}_tcp_port"), port.to_string()));
         macros.push((format!("{name}_sock"), sock));
         macros.push((format!("{name}_pid"), pid.to_string()));
         if let Some(tls_port) = tls_port {
@@ -480,7 +521,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         .output()
         .map_err(|e| format!("run varnishtest (installed? see scripts/deps): {e}"))?;
     if output.status.success() {
-        return Ok(());
+        return Ok(Completion::Completed);
     }
     let mut raw = String::from_utf8_lossy(&output.stdout).into_owned();
     raw.push_str(&String::from_utf8_lossy(&output.stderr));
