@@ -35,7 +35,10 @@ pub(crate) enum Directive {
     Timeout(u64),
     Env(String, String),
     /// `#@ not-in MODE[,MODE]: REASON` (tests/vtc/modes.rs).
-    NotIn { modes: Vec<String>, reason: String },
+    NotIn {
+        modes: Vec<String>,
+        reason: String,
+    },
 }
 
 pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {

@@ -37,6 +37,7 @@
 //!                                  after AFTER_MS (default 0) at full speed per connection (tests/vtc/trickle.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
+//! #@ not-in MODE[,MODE]: REASON    not run in these modes (tls, resp3): reported ignored with the reason (see Modes)
 //! ```
 //!
 //! Every server gets `--bind 127.0.0.1 --port P --save "" --appendonly no
@@ -88,8 +89,9 @@
 //!   unless `--bind` says otherwise), `${NAME_port}`, `${NAME_restart}` (a
 //!   script that starts the server again, same options, after the vtc
 //!   killed it; returns once it answers PING; the harness stops it too),
-//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
-//!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`, `${NAME_tcp_port}`
+//!   (the plain port, what `INFO` calls `tcp_port`: `${NAME_port}` but in
+//!   TLS mode); for `redis-tls` also `${NAME_tls_addr}` and `${NAME_tls_port}`.
 //! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
 //!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
 //!   tests/support/cluster.rs).
@@ -102,13 +104,29 @@
 //!   in 2021),
 //!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}` (rehashed
 //!   as `openssl rehash` does: a `tls_capath`). The server
-//!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
+//!   certificate names 127.0.0.1, localhost and the other loopback addresses of
+//!   vtc servers (127.0.0.2, 127.0.1.1, 127.0.1.2); `--tls-auth-clients
 //!   optional` (a vtc may add `--tls-auth-clients yes`). Besides, X.509 v1
 //!   certificates as Redis's utils/gen-test-certs.sh makes them, under
 //!   their own CA `${tls_v1_ca}`: `${tls_v1_server_cert}`,
 //!   `${tls_v1_server_key}` (CN=Server-only, no other name),
 //!   `${tls_v1_expired_cert}`, `${tls_v1_expired_key}`,
 //!   `${tls_v1_client_cert}`, `${tls_v1_client_key}` (CN=Client-only).
+//!
+//! # Modes
+//! Every file runs as well with TLS on every server and Sentinel, with
+//! RESP3, or both, as the C VMOD's runner.sh does (`TLS=true`,
+//! `PROTOCOL=RESP3`): `VTC_TLS=1`, `VTC_PROTOCOL=RESP3` (or `RESP2`) in
+//! the environment, e.g. `VTC_TLS=1 VTC_PROTOCOL=RESP3 cargo test --test
+//! vtc`. TLS mode moves `${NAME_addr}`, `${NAME_port}` (and a cluster's
+//! macros) to the servers' TLS ports and makes `${redis_cli}` speak TLS
+//! (but with `-s`); the files pass the mode to the module with `${db_mode}`
+//! appended to the arguments of `redis.db()` and `redis.sentinels()`
+//! (`${db_protocol}` for UNIX sockets, `${db_tls}` where the file sets
+//! `protocol` itself), all empty in plain mode; `${redis_tls}` and
+//! `${redis_protocol}` say the mode. A file that cannot run in a mode
+//! says why with `#@ not-in`. The TLS material macros (below) are defined
+//! in TLS mode for every file. Details: tests/vtc/modes.rs.
 //!
 //! # Result
 //! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
@@ -122,7 +140,8 @@
 //! `valkey-server` takes the same options), `REDIS_CLI` (default
 //! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
-//! `-L` to varnishtest; their paths are printed). varnishtest and varnishd
+//! `-L` to varnishtest; their paths are printed), `VTC_TLS`, `VTC_PROTOCOL`
+//! (see Modes). varnishtest and varnishd
 //! are the first found in `PATH` (then the system dirs), and the module is
 //! built against the Varnish pkg-config finds: `bash scripts/varnish 8.0
 //! cargo test --test vtc` runs the suite on Varnish 8.0.
@@ -339,7 +358,10 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
     ];
     if mode.tls {
         let material = make_tls_material(&dir)?;
-        let ca = material.iter().find(|(k, _)| k == "tls_ca").map(|(_, v)| v.clone());
+        let ca = material
+            .iter()
+            .find(|(k, _)| k == "tls_ca")
+            .map(|(_, v)| v.clone());
         let ca = ca.ok_or("no tls_ca in the TLS material")?;
         macros.retain(|(k, _)| k != "redis_cli");
         let cli = which(&support::cli_program(), "/usr/bin/redis-cli");

@@ -105,7 +105,10 @@ impl Mode {
 /// redis-server options of the TLS port of TLS mode: those of
 /// `#@ redis-tls` (the test material in `macros`), and replication (so
 /// Sentinel's links to the servers too) and the cluster bus over TLS.
-pub(crate) fn server_tls_args(port: u16, macros: &[(String, String)]) -> Result<Vec<String>, String> {
+pub(crate) fn server_tls_args(
+    port: u16,
+    macros: &[(String, String)],
+) -> Result<Vec<String>, String> {
     let mut args = crate::sentinel::tls_args(port, macros)?;
     for option in ["--tls-replication", "--tls-cluster"] {
         args.extend([option.to_string(), "yes".to_string()]);
