@@ -176,7 +176,7 @@ impl Redis {
         let mut nodes = Vec::new();
         let formed = cluster::start(dir, "bench", &[], &mut |name, args| {
             let node = Node::start(dir, name, RedisConfig::new(dir), args, pin)?;
-            let started = (node.port, node.child.as_ref().map_or(0, Child::id));
+            let started = cluster::Node::plain(node.port, node.child.as_ref().map_or(0, Child::id));
             nodes.push(node);
             Ok(started)
         });

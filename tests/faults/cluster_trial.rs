@@ -168,7 +168,7 @@ pub(crate) fn start_with(
         let sub = dir.join(node);
         make_dir(&sub)?;
         let redis = Redis::start_with(&sub, args)?;
-        let started_at = (redis.port, redis.pid as u32);
+        let started_at = cluster::Node::plain(redis.port, redis.pid as u32);
         started.push(redis);
         Ok(started_at)
     })?;

@@ -130,9 +130,30 @@ fn endpoint(args: &[String]) -> &str {
     }
 }
 
-/// Starts a node: its name and its arguments in, its port and PID out.
+/// A node [`StartNode`] started.
+pub struct Node {
+    /// Its plain port, which the harness forms the cluster through.
+    pub port: u16,
+    /// The port clients (and the other nodes) reach it on: `port`, or
+    /// its TLS port with `--tls-cluster yes` (the vtc harness's TLS mode).
+    pub client_port: u16,
+    pub pid: u32,
+}
+
+impl Node {
+    /// A node with no TLS port.
+    pub fn plain(port: u16, pid: u32) -> Node {
+        Node {
+            port,
+            client_port: port,
+            pid,
+        }
+    }
+}
+
+/// Starts a node: its name and its arguments in, its ports and PID out.
 /// The caller owns the process (and stops it by PID).
-pub type StartNode<'a> = dyn FnMut(&str, &[String]) -> Result<(u16, u32), String> + 'a;
+pub type StartNode<'a> = dyn FnMut(&str, &[String]) -> Result<Node, String> + 'a;
 
 /// The options of every node of the cluster, `extra` last (a node added
 /// later gets the same).
@@ -168,11 +189,17 @@ pub fn start(
     let args = node_args(extra);
     let names = node_names(name);
     let mut ports = Vec::new();
+    let mut client_ports = Vec::new();
     let mut pids = Vec::new();
     let mut ids = Vec::new();
     for (epoch, node) in names.iter().enumerate() {
-        let (port, pid) = start_node(node, &args)?;
+        let Node {
+            port,
+            client_port,
+            pid,
+        } = start_node(node, &args)?;
         pids.push(pid);
+        client_ports.push(client_port);
         // Distinct epochs before the nodes meet, as redis-cli does, so
         // that no collision has to be resolved first.
         ask(
@@ -188,7 +215,9 @@ pub fn start(
         request.extend(slots.iter().map(String::as_str));
         ask(*port, &request)?;
     }
-    for port in &ports[1..] {
+    // The port a node is met on gives its bus port (+ 10000): the TLS
+    // port's with --tls-cluster.
+    for port in &client_ports[1..] {
         ask(
             ports[0],
             &["CLUSTER", "MEET", "127.0.0.1", &port.to_string()],
@@ -220,8 +249,11 @@ pub fn start(
             }
         })?;
     }
-    let mut macros = vec![(format!("{name}_seed"), format!("127.0.0.1:{}", ports[0]))];
-    for ((node, port), (id, pid)) in names.iter().zip(&ports).zip(ids.iter().zip(&pids)) {
+    let mut macros = vec![(
+        format!("{name}_seed"),
+        format!("127.0.0.1:{}", client_ports[0]),
+    )];
+    for ((node, port), (id, pid)) in names.iter().zip(&client_ports).zip(ids.iter().zip(&pids)) {
         macros.push((format!("{node}_addr"), format!("127.0.0.1:{port}")));
         macros.push((format!("{node}_port"), port.to_string()));
         macros.push((format!("{node}_id"), id.clone()));

@@ -1,5 +1,6 @@
 //! TLS material made for tests (rcgen): a CA, a server certificate for
-//! 127.0.0.1 and `localhost` (and one that expired in 2021), a client
+//! 127.0.0.1 and `localhost`, and 127.0.0.2, 127.0.1.1, 127.0.1.2 (the
+//! other addresses of vtc servers), and one that expired in 2021, a client
 //! certificate, and a second CA that
 //! signed nothing here (a "wrong CA"), written as PEM files into a
 //! directory. Besides, the same as Redis's utils/gen-test-certs.sh makes
@@ -76,7 +77,19 @@ pub fn write_material(dir: &Path) -> Result<Material, String> {
         let cert = params.signed_by(&key, &ca, &ca_key).map_err(err)?;
         Ok((cert.pem(), key.serialize_pem()))
     };
-    let server_names = || vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    // The other loopback addresses vtc files bind servers to (`--bind`),
+    // which the vtc harness's TLS mode reaches over TLS.
+    let server_names = || {
+        [
+            "127.0.0.1",
+            "localhost",
+            "127.0.0.2",
+            "127.0.1.1",
+            "127.0.1.2",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
     let (server_cert, server_key) = issue(server_names(), false)?;
     let (expired_cert, expired_key) = issue(server_names(), true)?;
     let (client_cert, client_key) = issue(vec!["client".into()], false)?;

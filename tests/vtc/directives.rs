@@ -1,4 +1,5 @@
 //! The `#@` lines of a vtc file: parsing, and the expansion of `${macros}` in their arguments.
+use crate::modes::MODE_NAMES;
 
 #[derive(Debug)]
 pub(crate) enum Directive {
@@ -33,6 +34,11 @@ pub(crate) enum Directive {
     },
     Timeout(u64),
     Env(String, String),
+    /// `#@ not-in MODE[,MODE]: REASON` (tests/vtc/modes.rs).
+    NotIn {
+        modes: Vec<String>,
+        reason: String,
+    },
     /// `#@ vrt >= N` / `#@ vrt < N`: the trial runs only when the module is
     /// built against a Varnish whose VRT major (vrt.h) holds it, for what
     /// differs by release (the C VMOD's `redis.db()` argument order).
@@ -59,6 +65,10 @@ pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
             continue;
         };
         let at = |msg: String| format!("line {}: {msg}: {line}", i + 1);
+        if let Some(spec) = rest.strip_prefix("not-in ") {
+            out.push(not_in(spec).map_err(at)?);
+            continue;
+        }
         let words = split_words(rest).map_err(at)?;
         let Some((kind, params)) = words.split_first() else {
             return Err(at("empty directive".into()));
@@ -147,6 +157,23 @@ pub(crate) fn parse_directives(text: &str) -> Result<Vec<Directive>, String> {
         out.push(directive);
     }
     Ok(out)
+}
+
+/// `MODE[,MODE]: REASON` of `#@ not-in`.
+fn not_in(spec: &str) -> Result<Directive, String> {
+    let usage = || {
+        format!(
+            "usage: #@ not-in MODE[,MODE]: REASON (MODE: {})",
+            MODE_NAMES.join(", ")
+        )
+    };
+    let (modes, reason) = spec.split_once(':').ok_or_else(usage)?;
+    let modes: Vec<String> = modes.split(',').map(|m| m.trim().to_string()).collect();
+    let reason = reason.trim().to_string();
+    if reason.is_empty() || modes.iter().any(|m| !MODE_NAMES.contains(&m.as_str())) {
+        return Err(usage());
+    }
+    Ok(Directive::NotIn { modes, reason })
 }
 
 /// Shell-like word splitting; see the module documentation.

@@ -37,6 +37,7 @@
 //!                                  after AFTER_MS (default 0) at full speed per connection (tests/vtc/trickle.rs)
 //! #@ timeout SECONDS               varnishtest -t (default 120, or $VTC_TIMEOUT)
 //! #@ env NAME VALUE                environment variable of varnishtest (and so varnishd); ${macros} of servers above expanded
+//! #@ not-in MODE[,MODE]: REASON    not run in these modes (tls, resp3): reported ignored with the reason (see Modes)
 //! #@ vrt >= N | #@ vrt < N         run only against a Varnish of that VRT major (vrt.h; 7.1: 15, 7.7: 21,
 //!                                  8.0 and trunk: 22), else the trial is listed as ignored
 //! ```
@@ -90,8 +91,9 @@
 //!   unless `--bind` says otherwise), `${NAME_port}`, `${NAME_restart}` (a
 //!   script that starts the server again, same options, after the vtc
 //!   killed it; returns once it answers PING; the harness stops it too),
-//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`; for `redis-tls`
-//!   also `${NAME_tls_addr}` and `${NAME_tls_port}`.
+//!   `${NAME_sock}` (unix socket path), `${NAME_pid}`, `${NAME_tcp_port}`
+//!   (the plain port, what `INFO` calls `tcp_port`: `${NAME_port}` but in
+//!   TLS mode); for `redis-tls` also `${NAME_tls_addr}` and `${NAME_tls_port}`.
 //! * per cluster NAME: `${NAME_seed}`, and `${NAME_<node>_addr}`, `_port`,
 //!   `_id`, `_pid`, `_restart` for nodes m0 m1 m2 r0 r1 r2 (see
 //!   tests/support/cluster.rs).
@@ -104,13 +106,29 @@
 //!   in 2021),
 //!   `${tls_client_cert}`, `${tls_client_key}`, in `${tls_dir}` (rehashed
 //!   as `openssl rehash` does: a `tls_capath`). The server
-//!   certificate names 127.0.0.1 and localhost; `--tls-auth-clients
+//!   certificate names 127.0.0.1, localhost and the other loopback addresses of
+//!   vtc servers (127.0.0.2, 127.0.1.1, 127.0.1.2); `--tls-auth-clients
 //!   optional` (a vtc may add `--tls-auth-clients yes`). Besides, X.509 v1
 //!   certificates as Redis's utils/gen-test-certs.sh makes them, under
 //!   their own CA `${tls_v1_ca}`: `${tls_v1_server_cert}`,
 //!   `${tls_v1_server_key}` (CN=Server-only, no other name),
 //!   `${tls_v1_expired_cert}`, `${tls_v1_expired_key}`,
 //!   `${tls_v1_client_cert}`, `${tls_v1_client_key}` (CN=Client-only).
+//!
+//! # Modes
+//! Every file runs as well with TLS on every server and Sentinel, with
+//! RESP3, or both, as the C VMOD's runner.sh does (`TLS=true`,
+//! `PROTOCOL=RESP3`): `VTC_TLS=1`, `VTC_PROTOCOL=RESP3` (or `RESP2`) in
+//! the environment, e.g. `VTC_TLS=1 VTC_PROTOCOL=RESP3 cargo test --test
+//! vtc`. TLS mode moves `${NAME_addr}`, `${NAME_port}` (and a cluster's
+//! macros) to the servers' TLS ports and makes `${redis_cli}` speak TLS
+//! (but with `-s`); the files pass the mode to the module with `${db_mode}`
+//! appended to the arguments of `redis.db()` and `redis.sentinels()`
+//! (`${db_protocol}` for UNIX sockets, `${db_tls}` where the file sets
+//! `protocol` itself), all empty in plain mode; `${redis_tls}` and
+//! `${redis_protocol}` say the mode. A file that cannot run in a mode
+//! says why with `#@ not-in`. The TLS material macros (below) are defined
+//! in TLS mode for every file. Details: tests/vtc/modes.rs.
 //!
 //! # Result
 //! A trial passes when `varnishtest -t T <macros> <file>` exits 0. On a
@@ -124,7 +142,8 @@
 //! `valkey-server` takes the same options), `REDIS_CLI` (default
 //! `redis-cli`), `VMOD_REDIS_SO` (see above), `VTC_TIMEOUT` (default per-file
 //! timeout, seconds), `VTC_KEEP=1` (keep the per-file directories and pass
-//! `-L` to varnishtest; their paths are printed). varnishtest and varnishd
+//! `-L` to varnishtest; their paths are printed), `VTC_TLS`, `VTC_PROTOCOL`
+//! (see Modes). varnishtest and varnishd
 //! are the first found in `PATH` (then the system dirs), and the module is
 //! built against the Varnish pkg-config finds: `bash scripts/varnish 8.0
 //! cargo test --test vtc` runs the suite on Varnish 8.0.
@@ -132,6 +151,7 @@
 #[path = "../support/cluster.rs"]
 mod cluster;
 mod directives;
+mod modes;
 mod report;
 #[path = "../support/sentinel.rs"]
 mod sentinel;
@@ -144,7 +164,8 @@ mod tls_material;
 mod trickle;
 
 use directives::*;
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use modes::Mode;
 use report::*;
 use servers::*;
 use std::collections::HashMap;
@@ -190,6 +211,13 @@ fn main() {
         Err(_) => Vec::new(),
     };
     files.sort();
+    let mode = match Mode::from_env() {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("vtc: {e}");
+            std::process::exit(2);
+        }
+    };
     let mut trials: Vec<Trial> = files
         .into_iter()
         .map(|file| {
@@ -197,17 +225,20 @@ fn main() {
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            // A `#@ vrt` condition this build does not meet: listed, ignored.
-            let other_vrt = fs::read_to_string(&file)
-                .ok()
-                .and_then(|text| parse_directives(&text).ok())
-                .is_some_and(|ds| ds.iter().any(|d| !d.runs_on_vrt(built_vrt_major())));
-            Trial::test(name, move || run_file(&file)).with_ignored_flag(other_vrt)
+            Trial::ignorable_test(name, move || run_file(&file, mode))
         })
         .collect();
     // Not a vtc file: every command the server lists, through varnishd
     // (tests/vtc/sweep/).
-    trials.push(Trial::test("sweep.commands", sweep::run));
+    let described = mode.describe();
+    trials.push(match described.as_str() {
+        "plain" => Trial::test("sweep.commands", sweep::run),
+        _ => Trial::ignorable_test("sweep.commands", move || {
+            Ok(Completion::ignored_with(format!(
+                "not in {described}: its VCL is written by tests/vtc/sweep, which has no modes"
+            )))
+        }),
+    });
     let conclusion = libtest_mimic::run(&args, trials);
     if let Some(base) = support::created_base_dir() {
         if !keep() {
@@ -296,9 +327,22 @@ impl Fixture {
     }
 }
 
-fn run_file(file: &Path) -> Result<(), Failed> {
+fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
     let text = fs::read_to_string(file).map_err(|e| format!("read {}: {e}", file.display()))?;
     let directives = parse_directives(&text)?;
+    for d in &directives {
+        if let Directive::NotIn { modes, reason } = d {
+            if let Some(m) = modes.iter().find(|m| mode.is(m)) {
+                return Ok(Completion::ignored_with(format!("not in {m}: {reason}")));
+            }
+        }
+        if !d.runs_on_vrt(built_vrt_major()) {
+            return Ok(Completion::ignored_with(format!(
+                "not on VRT {}: written for another release's interface",
+                built_vrt_major()
+            )));
+        }
+    }
     let so = support::vmod_so()?;
 
     let stem = file
@@ -326,6 +370,21 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         ),
         ("harness_tmpdir".into(), dir.display().to_string()),
     ];
+    if mode.tls {
+        let material = make_tls_material(&dir)?;
+        let ca = material
+            .iter()
+            .find(|(k, _)| k == "tls_ca")
+            .map(|(_, v)| v.clone());
+        let ca = ca.ok_or("no tls_ca in the TLS material")?;
+        macros.retain(|(k, _)| k != "redis_cli");
+        let cli = which(&support::cli_program(), "/usr/bin/redis-cli");
+        macros.push(("redis_cli".into(), modes::write_tls_cli(&dir, &cli, &ca)?));
+        macros.extend(mode.macros(Some(&ca)));
+        macros.extend(material);
+    } else {
+        macros.extend(mode.macros(None));
+    }
     if text.contains("${vmod_so_copy}") {
         let copy = support::vmod_so_copy()?;
         macros.push(("vmod_so_copy".into(), copy.display().to_string()));
@@ -342,7 +401,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         let (name, master, raw_args) = match d {
             Directive::Sentinel { .. } => {
                 let started =
-                    start_sentinel(d, &directives, &dir, &mut ports, &mut macros, &mut fx);
+                    start_sentinel(d, &directives, &dir, mode, &mut ports, &mut macros, &mut fx);
                 sentinels.push(started?);
                 continue;
             }
@@ -350,7 +409,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 timeout = *t;
                 continue;
             }
-            Directive::Vrt { .. } => continue, // decided when the trial was made
+            Directive::Vrt { .. } => continue, // decided before the servers start
             Directive::Trickle {
                 name,
                 target,
@@ -376,15 +435,29 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 env.push((name.clone(), expand(value, &macros)?));
                 continue;
             }
+            Directive::NotIn { .. } => continue,
             Directive::Cluster { name, args } => {
                 if !valid_name(name) {
                     return Err(format!("cluster name {name:?}: only [a-zA-Z0-9_] allowed").into());
                 }
                 let servers = &mut fx.servers;
+                let material = &macros;
                 let mut start_node = |node: &str, node_args: &[String]| {
-                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, node_args, servers)?;
+                    let mut node_args = node_args.to_vec();
+                    let tls_port = match mode.tls {
+                        true => Some(modes::cluster_tls_port()?),
+                        false => None,
+                    };
+                    if let Some(tls_port) = tls_port {
+                        node_args.extend(modes::server_tls_args(tls_port, material)?);
+                    }
+                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, &node_args, servers)?;
                     let server = servers.last().expect("started node");
-                    Ok((server.port, server.child.id()))
+                    Ok(cluster::Node {
+                        port: server.port,
+                        client_port: tls_port.unwrap_or(server.port),
+                        pid: server.child.id(),
+                    })
                 };
                 match cluster::start(&dir, name, args, &mut start_node) {
                     Ok(cluster_macros) => macros.extend(cluster_macros),
@@ -395,14 +468,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
             Directive::Redis { name, args, .. } => (name, None, args),
             Directive::Replica { name, master, args } => (name, Some(master), args),
         };
-        let tls_port = match d {
+        // `#@ redis-tls`: a TLS port besides the plain one, which its
+        // macros keep; TLS mode: its macros are the TLS port's.
+        let (tls_port, tls_mode_port) = match d {
             Directive::Redis { tls: true, .. } => {
                 if !macros.iter().any(|(k, _)| k == "tls_ca") {
                     macros.extend(make_tls_material(&dir)?);
                 }
-                Some(support::free_port()?)
+                (Some(support::free_port()?), None)
             }
-            _ => None,
+            _ if mode.tls => (None, Some(support::free_port()?)),
+            _ => (None, None),
         };
         if !valid_name(name) {
             return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
@@ -418,24 +494,10 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         };
         let mut args = Vec::new();
         if let Some(tls_port) = tls_port {
-            let tls_args = [
-                "--tls-port",
-                &tls_port.to_string(),
-                "--tls-cert-file",
-                "${tls_server_cert}",
-                "--tls-key-file",
-                "${tls_server_key}",
-                "--tls-ca-cert-file",
-                "${tls_ca}",
-                "--tls-auth-clients",
-                "optional",
-            ];
-            args.extend(
-                tls_args
-                    .iter()
-                    .map(|a| expand(a, &macros))
-                    .collect::<Result<Vec<_>, _>>()?,
-            );
+            args.extend(sentinel::tls_args(tls_port, &macros)?);
+        }
+        if let Some(tls_port) = tls_mode_port {
+            args.extend(modes::server_tls_args(tls_port, &macros)?);
         }
         args.extend(
             raw_args
@@ -454,15 +516,17 @@ fn run_file(file: &Path) -> Result<(), Failed> {
                 return Err(format!("replica {name}: {e}{}", fx.logs()).into());
             }
         }
-        ports.insert(name.clone(), (host, port));
+        let client_port = tls_mode_port.unwrap_or(port);
+        ports.insert(name.clone(), (host, client_port));
         let sock = dir.join(format!("{name}.sock")).display().to_string();
-        macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+        macros.push((format!("{name}_addr"), format!("{host}:{client_port}")));
         macros.push((format!("{name}_host"), host.to_string()));
         macros.push((
             format!("{name}_restart"),
             dir.join(format!("{name}.restart")).display().to_string(),
         ));
-        macros.push((format!("{name}_port"), port.to_string()));
+        macros.push((format!("{name}_port"), client_port.to_string()));
+        macros.push((format!("{name}_tcp_port"), port.to_string()));
         macros.push((format!("{name}_sock"), sock));
         macros.push((format!("{name}_pid"), pid.to_string()));
         if let Some(tls_port) = tls_port {
@@ -494,7 +558,7 @@ fn run_file(file: &Path) -> Result<(), Failed> {
         .output()
         .map_err(|e| format!("run varnishtest (installed? see scripts/deps): {e}"))?;
     if output.status.success() {
-        return Ok(());
+        return Ok(Completion::Completed);
     }
     let mut raw = String::from_utf8_lossy(&output.stdout).into_owned();
     raw.push_str(&String::from_utf8_lossy(&output.stderr));

@@ -8,6 +8,7 @@ pub(crate) fn start_sentinel(
     directive: &Directive,
     directives: &[Directive],
     dir: &Path,
+    mode: modes::Mode,
     ports: &mut HashMap<String, (Ipv4Addr, u16)>,
     macros: &mut Vec<(String, String)>,
     fx: &mut Fixture,
@@ -27,17 +28,23 @@ pub(crate) fn start_sentinel(
     let at = *ports
         .get(master)
         .ok_or_else(|| format!("sentinel {name}: unknown master {master:?}"))?;
-    let tls_port = if *tls {
+    // `#@ sentinel-tls`: a TLS port besides the plain one, which its
+    // macros keep; TLS mode: its macros are the TLS port's, and it
+    // reaches the servers over TLS.
+    let (tls_port, tls_mode_port) = if *tls {
         if !macros.iter().any(|(k, _)| k == "tls_ca") {
             macros.extend(make_tls_material(dir)?);
         }
-        Some(support::free_port()?)
+        (Some(support::free_port()?), None)
+    } else if mode.tls {
+        (None, Some(support::free_port()?))
     } else {
-        None
+        (None, None)
     };
-    let mut expanded = match tls_port {
-        Some(port) => sentinel::tls_args(port, macros)?,
-        None => Vec::new(),
+    let mut expanded = match (tls_port, tls_mode_port) {
+        (Some(port), _) => sentinel::tls_args(port, macros)?,
+        (_, Some(port)) => modes::server_tls_args(port, macros)?,
+        _ => Vec::new(),
     };
     for arg in args {
         expanded.push(expand(arg, macros)?);
@@ -46,10 +53,12 @@ pub(crate) fn start_sentinel(
     let started = sentinel::start(dir, name, master, at, &expanded, password.as_deref())
         .map_err(|e| format!("{e}{}", fx.logs()))?;
     let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
-    ports.insert(name.clone(), (host, port));
-    macros.push((format!("{name}_addr"), format!("{host}:{port}")));
+    let client_port = tls_mode_port.unwrap_or(port);
+    ports.insert(name.clone(), (host, client_port));
+    macros.push((format!("{name}_addr"), format!("{host}:{client_port}")));
     macros.push((format!("{name}_host"), host.to_string()));
-    macros.push((format!("{name}_port"), port.to_string()));
+    macros.push((format!("{name}_port"), client_port.to_string()));
+    macros.push((format!("{name}_tcp_port"), port.to_string()));
     macros.push((format!("{name}_pid"), pid.to_string()));
     if let Some(tls_port) = tls_port {
         macros.push((format!("{name}_tls_addr"), format!("{host}:{tls_port}")));

@@ -120,7 +120,7 @@ pub(crate) fn run() -> Result<(), Failed> {
         let mut start_node = |node: &str, node_args: &[String]| {
             start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, node_args, servers)?;
             let server = servers.last().expect("started node");
-            Ok((server.port, server.child.id()))
+            Ok(cluster::Node::plain(server.port, server.child.id()))
         };
         cluster::start(&dir, "c", &[], &mut start_node)
     };
