@@ -114,6 +114,9 @@ fn by_default_the_name_is_not_held_against_a_good_chain() {
         Ok(Some(vec![
             "127.0.0.1".into(),
             "localhost".into(),
+            "127.0.0.2".into(),
+            "127.0.1.1".into(),
+            "127.0.1.2".into(),
             "CN=127.0.0.1".into()
         ]))
     );
