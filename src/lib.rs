@@ -23,6 +23,7 @@ pub mod config;
 pub mod connection;
 pub mod database;
 pub mod error;
+mod logger;
 pub(crate) mod near_cache;
 pub mod protocol;
 mod routing;

@@ -31,8 +31,8 @@ mod name;
 mod test_certs;
 mod verifier;
 
+pub(crate) use name::take_let_through;
 pub use name::NameMismatch;
-pub(crate) use name::{take_let_through, MismatchReport};
 
 /// The TLS arguments of `redis.db()` and `redis.sentinels()` (the same
 /// six in both) as given in VCL ("" = not set).
@@ -177,7 +177,7 @@ impl Tls {
     /// Where a server whose certificate does not name it is reported,
     /// once per server: set by the owner of the configuration (the first
     /// call only).
-    pub(crate) fn report_name_mismatches_to(&self, report: MismatchReport) {
+    pub(crate) fn report_name_mismatches_to(&self, report: crate::logger::Logger) {
         self.names.report_to(report);
     }
 

@@ -99,8 +99,7 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
         .and_then(|config| {
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             let mut note = |note: Note| log_note(ctx, name, note);
-            let log: crate::near_cache::tracking::Logger =
-                Arc::new(|msg: &str| log_global(LogTag::Error, msg));
+            let log: crate::logger::Logger = Arc::new(|msg: &str| log_global(LogTag::Error, msg));
             Database::with_stats(
                 name,
                 config,
@@ -452,8 +451,7 @@ fn start_trackers(vcl: &VclState) {
     if running.is_some() {
         return;
     }
-    let log: crate::near_cache::tracking::Logger =
-        Arc::new(|msg: &str| log_global(LogTag::Error, msg));
+    let log: crate::logger::Logger = Arc::new(|msg: &str| log_global(LogTag::Error, msg));
     match Trackers::start(vcl.databases.read().clone(), log) {
         Ok(trackers) => *running = trackers,
         Err(err) => log_global(

@@ -14,7 +14,7 @@ use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
 use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
-use crate::near_cache::tracking::Logger;
+use crate::logger::Logger;
 use crate::near_cache::NearCache;
 use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};

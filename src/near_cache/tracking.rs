@@ -67,8 +67,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(200);
 /// starts the pauses over.
 const MAX_PAUSE: Duration = Duration::from_secs(10);
 
-/// Where the threads' messages go (the VSL, outside any transaction).
-pub(crate) type Logger = Arc<dyn Fn(&str) + Send + Sync>;
+use crate::logger::Logger;
 
 /// The running threads of one VCL; dropping it stops and joins them.
 pub(crate) struct Trackers {

@@ -15,9 +15,11 @@
 //! verified again: its server's mismatch was said when it was.
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
+
+use crate::logger::Logger;
 
 /// A server certificate, its chain verified, that does not name the
 /// server.
@@ -79,11 +81,6 @@ pub(crate) fn take_let_through() -> Option<NameMismatch> {
     LET_THROUGH.with(|slot| slot.borrow_mut().take())
 }
 
-/// What is done when a server's mismatch is first seen: its text (see
-/// [`NameMismatch::describe`]) logged and counted by the owner of the
-/// configuration.
-pub(crate) type MismatchReport = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// The name policy of one TLS configuration, shared by its clones (every
 /// connector of a database, or of the Sentinels).
 pub(super) struct NameCheck {
@@ -91,9 +88,10 @@ pub(super) struct NameCheck {
     pub(super) strict: bool,
     /// The servers (`host:port`) whose mismatch was reported.
     said: Mutex<HashSet<String>>,
-    /// Set once by the configuration's owner; unset, nothing is reported
+    /// Set once by the configuration's owner, which logs and counts the
+    /// text ([`NameMismatch::describe`]); unset, nothing is reported
     /// (nor marked as said).
-    report: OnceLock<MismatchReport>,
+    report: OnceLock<Logger>,
 }
 
 impl NameCheck {
@@ -105,7 +103,7 @@ impl NameCheck {
         }
     }
 
-    pub(super) fn report_to(&self, report: MismatchReport) {
+    pub(super) fn report_to(&self, report: Logger) {
         let _ = self.report.set(report);
     }
 
@@ -125,6 +123,7 @@ impl NameCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn mismatch() -> NameMismatch {
         NameMismatch {
