@@ -13,6 +13,15 @@ fn cluster_db() -> Database {
     Database::new("c", config).expect("database")
 }
 
+/// The locations of a topology's servers, in order.
+fn locations(topology: &Topology) -> Vec<String> {
+    topology
+        .servers
+        .iter()
+        .map(|s| s.location().to_string())
+        .collect()
+}
+
 /// A node of a `CLUSTER SLOTS` range.
 fn node(host: &str, port: i64) -> Reply {
     Reply::Array(vec![
@@ -83,11 +92,7 @@ fn learnt_servers_are_bounded_and_dropped_by_the_next_map() {
         assert_eq!(server.location(), target);
     }
     let topology = db.topology();
-    let located: Vec<String> = topology
-        .servers
-        .iter()
-        .map(|s| s.location().to_string())
-        .collect();
+    let located = locations(&topology);
     let newest = targets[100 - MAX_LEARNT..].iter().map(|t| t.to_string());
     let want: Vec<String> = ["[::1]:7000".to_string(), "[::1]:7001".to_string()]
         .into_iter()
@@ -188,11 +193,7 @@ fn a_node_without_a_location_is_left_out() {
     ])]);
     db.apply_slots(parse_slots(&reply, "::1").unwrap());
     let topology = db.topology();
-    let located: Vec<String> = topology
-        .servers
-        .iter()
-        .map(|s| s.location().to_string())
-        .collect();
+    let located = locations(&topology);
     assert_eq!(located, ["[::1]:7000"]);
     let shard = topology
         .slots
