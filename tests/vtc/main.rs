@@ -442,16 +442,16 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
                 }
                 let servers = &mut fx.servers;
                 let material = &macros;
+                let tls_args = |port| modes::server_tls_args(port, material);
+                let tls = TlsPort {
+                    pick: modes::cluster_tls_port,
+                    args: &tls_args,
+                };
+                let tls = mode.tls.then_some(&tls);
                 let mut start_node = |node: &str, node_args: &[String]| {
-                    let mut node_args = node_args.to_vec();
-                    let tls_port = match mode.tls {
-                        true => Some(modes::cluster_tls_port()?),
-                        false => None,
-                    };
-                    if let Some(tls_port) = tls_port {
-                        node_args.extend(modes::server_tls_args(tls_port, material)?);
-                    }
-                    start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, &node_args, servers)?;
+                    let localhost = Ipv4Addr::LOCALHOST;
+                    let tls_port =
+                        start_redis(&dir, node, localhost, None, node_args, tls, servers)?;
                     let server = servers.last().expect("started node");
                     Ok(cluster::Node {
                         port: server.port,
@@ -468,18 +468,10 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
             Directive::Redis { name, args, .. } => (name, None, args),
             Directive::Replica { name, master, args } => (name, Some(master), args),
         };
-        // `#@ redis-tls`: a TLS port besides the plain one, which its
-        // macros keep; TLS mode: its macros are the TLS port's.
-        let (tls_port, tls_mode_port) = match d {
-            Directive::Redis { tls: true, .. } => {
-                if !macros.iter().any(|(k, _)| k == "tls_ca") {
-                    macros.extend(make_tls_material(&dir)?);
-                }
-                (Some(support::free_port()?), None)
-            }
-            _ if mode.tls => (None, Some(support::free_port()?)),
-            _ => (None, None),
-        };
+        let own_tls = matches!(d, Directive::Redis { tls: true, .. });
+        if own_tls && !macros.iter().any(|(k, _)| k == "tls_ca") {
+            macros.extend(make_tls_material(&dir)?);
+        }
         if !valid_name(name) {
             return Err(format!("server name {name:?}: only [a-zA-Z0-9_] allowed").into());
         }
@@ -492,23 +484,32 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
             })?),
             None => None,
         };
-        let mut args = Vec::new();
-        if let Some(tls_port) = tls_port {
-            args.extend(sentinel::tls_args(tls_port, &macros)?);
-        }
-        if let Some(tls_port) = tls_mode_port {
-            args.extend(modes::server_tls_args(tls_port, &macros)?);
-        }
-        args.extend(
-            raw_args
-                .iter()
-                .map(|a| expand(a, &macros))
-                .collect::<Result<Vec<_>, _>>()?,
-        );
+        let args = raw_args
+            .iter()
+            .map(|a| expand(a, &macros))
+            .collect::<Result<Vec<_>, _>>()?;
         let host = bind_of(&args)?;
-        if let Err(e) = start_redis(&dir, name, host, master_at, &args, &mut fx.servers) {
-            return Err(format!("{e}{}", fx.logs()).into());
-        }
+        let own_tls_args = |port| sentinel::tls_args(port, &macros);
+        let mode_tls_args = |port| modes::server_tls_args(port, &macros);
+        let tls = TlsPort {
+            pick: support::free_port,
+            args: if own_tls {
+                &own_tls_args
+            } else {
+                &mode_tls_args
+            },
+        };
+        let tls = (own_tls || mode.tls).then_some(&tls);
+        let tls_port = match start_redis(&dir, name, host, master_at, &args, tls, &mut fx.servers) {
+            Ok(tls_port) => tls_port,
+            Err(e) => return Err(format!("{e}{}", fx.logs()).into()),
+        };
+        // `#@ redis-tls`: a TLS port besides the plain one, which its
+        // macros keep; TLS mode: its macros are the TLS port's.
+        let (tls_port, tls_mode_port) = match own_tls {
+            true => (tls_port, None),
+            false => (None, tls_port),
+        };
         let srv = fx.servers.last().expect("started server");
         let (port, pid) = (srv.port, srv.child.id());
         if master_at.is_some() {

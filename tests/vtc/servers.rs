@@ -31,27 +31,36 @@ pub(crate) fn start_sentinel(
     // `#@ sentinel-tls`: a TLS port besides the plain one, which its
     // macros keep; TLS mode: its macros are the TLS port's, and it
     // reaches the servers over TLS.
-    let (tls_port, tls_mode_port) = if *tls {
-        if !macros.iter().any(|(k, _)| k == "tls_ca") {
-            macros.extend(make_tls_material(dir)?);
-        }
-        (Some(support::free_port()?), None)
-    } else if mode.tls {
-        (None, Some(support::free_port()?))
-    } else {
-        (None, None)
-    };
-    let mut expanded = match (tls_port, tls_mode_port) {
-        (Some(port), _) => sentinel::tls_args(port, macros)?,
-        (_, Some(port)) => modes::server_tls_args(port, macros)?,
-        _ => Vec::new(),
-    };
+    if *tls && !macros.iter().any(|(k, _)| k == "tls_ca") {
+        macros.extend(make_tls_material(dir)?);
+    }
+    let mut expanded = Vec::new();
     for arg in args {
         expanded.push(expand(arg, macros)?);
     }
     let password = password_of(&expanded);
-    let started = sentinel::start(dir, name, master, at, &expanded, password.as_deref())
-        .map_err(|e| format!("{e}{}", fx.logs()))?;
+    // Ports picked afresh on each attempt (as start_redis does): one taken
+    // between the pick and the bind fails only that attempt.
+    let mut attempt = 0;
+    let (started, tls_port, tls_mode_port) = loop {
+        attempt += 1;
+        let (tls_port, tls_mode_port) = match (*tls, mode.tls) {
+            (true, _) => (Some(support::free_port()?), None),
+            (false, true) => (None, Some(support::free_port()?)),
+            (false, false) => (None, None),
+        };
+        let mut options = match (tls_port, tls_mode_port) {
+            (Some(port), _) => sentinel::tls_args(port, macros)?,
+            (_, Some(port)) => modes::server_tls_args(port, macros)?,
+            _ => Vec::new(),
+        };
+        options.extend(expanded.iter().cloned());
+        match sentinel::start(dir, name, master, at, &options, password.as_deref()) {
+            Ok(started) => break (started, tls_port, tls_mode_port),
+            Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {}
+            Err(e) => return Err(format!("{e}{}", fx.logs())),
+        }
+    };
     let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
     let client_port = tls_mode_port.unwrap_or(port);
     ports.insert(name.clone(), (host, client_port));
@@ -186,17 +195,30 @@ pub(crate) fn make_tls_material(dir: &Path) -> Result<Vec<(String, String)>, Str
         .collect())
 }
 
-/// Starts a redis-server, waits for PING and adds it to `servers`. A server
-/// that started but did not come up is added too, so that its log is shown
-/// and it is stopped.
+/// A TLS port a redis-server opens beside its plain one.
+pub(crate) struct TlsPort<'a> {
+    /// Picks a free port (a cluster node's leaves room for its bus port).
+    pub(crate) pick: fn() -> Result<u16, String>,
+    /// The server's options for that port (before the caller's `extra`,
+    /// which may override them).
+    pub(crate) args: &'a dyn Fn(u16) -> Result<Vec<String>, String>,
+}
+
+/// Starts a redis-server, waits for PING and adds it to `servers`; returns
+/// the TLS port it opened if `tls` asked for one. Each attempt picks its
+/// ports afresh: a port taken between the pick and the bind (the TLS one,
+/// or a cluster bus port, + 10000) fails only that attempt. A server that
+/// started but did not come up is added too, so that its log is shown and
+/// it is stopped.
 pub(crate) fn start_redis(
     dir: &Path,
     name: &str,
     host: Ipv4Addr,
     replicaof: Option<(Ipv4Addr, u16)>,
     extra: &[String],
+    tls: Option<&TlsPort<'_>>,
     servers: &mut Vec<Server>,
-) -> Result<(), String> {
+) -> Result<Option<u16>, String> {
     let sock = dir.join(format!("{name}.sock"));
     if sock.as_os_str().len() > 100 {
         return Err(format!("unix socket path too long: {}", sock.display()));
@@ -217,6 +239,14 @@ pub(crate) fn start_redis(
         config.socket = Some(sock.clone());
         config.log = Some(log.clone());
         let mut args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
+        let tls_port = match tls {
+            Some(tls) => {
+                let tls_port = (tls.pick)()?;
+                args.extend((tls.args)(tls_port)?);
+                Some(tls_port)
+            }
+            None => None,
+        };
         if let Some((master_host, master_port)) = replicaof {
             args.extend([
                 "--replicaof".into(),
@@ -253,15 +283,20 @@ pub(crate) fn start_redis(
         match up_on_ping(waited, port, &last_ping) {
             Ok(()) => {
                 servers.push(srv);
-                Ok(support::OnPort::Up(()))
+                Ok(support::OnPort::Up(tls_port))
             }
             Err(e) => {
                 let exited = !matches!(srv.child.try_wait(), Ok(None));
                 let logs =
                     tail_file(&log, LOG_TAIL_LINES) + "\n" + &tail_file(&out, LOG_TAIL_LINES);
                 if exited && logs.contains("Address already in use") {
-                    let why =
-                        format!("redis {name}: port {port} in use ({PORT_ATTEMPTS} attempts)");
+                    let ports = match tls_port {
+                        Some(tls_port) => format!("ports {port} and {tls_port}"),
+                        None => format!("port {port}"),
+                    };
+                    let why = format!(
+                        "redis {name}: {ports} (or their bus ports) in use ({PORT_ATTEMPTS} attempts)"
+                    );
                     return Ok(support::OnPort::Retry(why));
                 }
                 servers.push(srv);

@@ -110,6 +110,7 @@ pub(crate) fn run() -> Result<(), Failed> {
             Ipv4Addr::LOCALHOST,
             None,
             &[],
+            None,
             &mut fx.servers,
         )
         .map_err(|e| format!("{e}{}", fx.logs()))?;
@@ -118,7 +119,15 @@ pub(crate) fn run() -> Result<(), Failed> {
     let macros = {
         let servers = &mut fx.servers;
         let mut start_node = |node: &str, node_args: &[String]| {
-            start_redis(&dir, node, Ipv4Addr::LOCALHOST, None, node_args, servers)?;
+            start_redis(
+                &dir,
+                node,
+                Ipv4Addr::LOCALHOST,
+                None,
+                node_args,
+                None,
+                servers,
+            )?;
             let server = servers.last().expect("started node");
             Ok(cluster::Node::plain(server.port, server.child.id()))
         };
