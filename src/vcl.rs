@@ -51,13 +51,13 @@ pub struct TaskState {
 /// The per-task command and reply of one database object, and the
 /// connection its open transaction holds (closed with the task).
 #[derive(Default)]
-pub struct Slot {
+pub struct ReplySlot {
     command: Option<Command>,
     reply: Option<Reply>,
     connection: TaskConnection,
 }
 
-type SlotCell = RefCell<Slot>;
+type ReplySlotCell = RefCell<ReplySlot>;
 
 /// Logs a request-time error, naming the database.
 fn log_error(ctx: &Ctx, db: &Database, what: &str) {
@@ -72,8 +72,8 @@ fn log_note(ctx: &Ctx, db_name: &str, note: Note) {
     }
 }
 
-fn slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a SlotCell> {
-    let slot = ctx.task_slot::<SlotCell>(Arc::as_ptr(db).cast::<c_void>());
+fn reply_slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a ReplySlotCell> {
+    let slot = ctx.task_slot::<ReplySlotCell>(Arc::as_ptr(db).cast::<c_void>());
     if slot.is_none() {
         log_error(
             ctx,
@@ -229,7 +229,9 @@ pub fn sentinels(ctx: &Ctx, vcl: &VclState, args: &SentinelArgs) {
 // ---- building and running a command ---------------------------------
 
 pub fn command(ctx: &Ctx, db: &Arc<Database>, name: &[u8]) {
-    let Some(slot) = slot(ctx, db) else { return };
+    let Some(slot) = reply_slot(ctx, db) else {
+        return;
+    };
     let mut slot = slot.borrow_mut();
     slot.reply = None;
     if name.is_empty() {
@@ -242,7 +244,9 @@ pub fn command(ctx: &Ctx, db: &Arc<Database>, name: &[u8]) {
 
 /// Applies `edit` to the pending command, or logs that there is none.
 fn with_command(ctx: &Ctx, db: &Arc<Database>, what: &str, edit: impl FnOnce(&mut Command)) {
-    let Some(slot) = slot(ctx, db) else { return };
+    let Some(slot) = reply_slot(ctx, db) else {
+        return;
+    };
     match slot.borrow_mut().command.as_mut() {
         Some(command) => edit(command),
         None => log_no_command(ctx, db, what),
@@ -286,9 +290,11 @@ pub fn retries(ctx: &Ctx, db: &Arc<Database>, retries: i64) {
 }
 
 pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
-    let Some(slot) = slot(ctx, db) else { return };
+    let Some(slot) = reply_slot(ctx, db) else {
+        return;
+    };
     let mut slot = slot.borrow_mut();
-    let Slot {
+    let ReplySlot {
         command,
         reply: slot_reply,
         connection,
@@ -342,7 +348,7 @@ pub fn easy_execute(
 /// `.free()`: the command and reply; a transaction in progress keeps its
 /// connection until it ends or the task does.
 pub fn free(ctx: &Ctx, db: &Arc<Database>) {
-    if let Some(slot) = slot(ctx, db) {
+    if let Some(slot) = reply_slot(ctx, db) {
         let mut slot = slot.borrow_mut();
         slot.command = None;
         slot.reply = None;
@@ -351,7 +357,7 @@ pub fn free(ctx: &Ctx, db: &Arc<Database>) {
 
 /// Runs a reply reader on the slot's reply (None before any reply).
 pub fn with_reply<R>(ctx: &Ctx, db: &Arc<Database>, read: impl FnOnce(Option<&Reply>) -> R) -> R {
-    match slot(ctx, db) {
+    match reply_slot(ctx, db) {
         Some(slot) => read(slot.borrow().reply.as_ref()),
         None => read(None),
     }

@@ -121,7 +121,6 @@ pub(crate) fn build_ours() -> Res<PathBuf> {
     .stderr(Stdio::inherit());
     COMMANDS
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .push(("build ours".into(), "cargo build --release --lib".into()));
     eprintln!("system: {}", command_line(&cmd));
     let out = reap(spawn(&mut cmd, "cargo build")?)?;

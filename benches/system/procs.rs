@@ -59,7 +59,7 @@ pub(crate) fn command_line(cmd: &Process) -> String {
 }
 
 pub(crate) fn record(kind: &str, cmd: &Process) {
-    let mut commands = COMMANDS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut commands = COMMANDS.lock();
     if !commands.iter().any(|(k, _)| k == kind) {
         commands.push((kind.to_owned(), command_line(cmd)));
     }

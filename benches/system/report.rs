@@ -158,7 +158,7 @@ pub(crate) fn commands_section(r: &mut String) {
          varnishd gets a fresh `-n` directory and a free port).\n"
     );
     let _ = writeln!(r, "```sh");
-    for (kind, line) in COMMANDS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (kind, line) in COMMANDS.lock().iter() {
         let _ = writeln!(r, "# {kind}\n{line}");
     }
     let _ = writeln!(

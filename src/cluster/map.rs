@@ -4,7 +4,7 @@
 //! turned into indexes of the database's servers.
 use std::collections::{HashMap, HashSet};
 
-use super::slot::SLOTS;
+use super::slot::{HashSlot, SLOTS};
 use crate::config::Location;
 use crate::protocol::Reply;
 
@@ -65,7 +65,7 @@ impl<N> SlotMap<N> {
     }
 
     /// The shard serving `slot`, if any.
-    pub(crate) fn shard_of(&self, slot: u16) -> Option<&Shard<N>> {
+    pub(crate) fn shard_of(&self, slot: HashSlot) -> Option<&Shard<N>> {
         let index = *self.slots.get(usize::from(slot))?;
         self.shards.get(usize::from(index))
     }
@@ -147,7 +147,7 @@ fn node(reply: &Reply, asked_host: &str) -> Result<Node, String> {
     Ok(node_at(host, port))
 }
 
-pub(super) fn slot_number(reply: Option<&Reply>) -> Result<u16, String> {
+pub(super) fn slot_number(reply: Option<&Reply>) -> Result<HashSlot, String> {
     match reply {
         Some(Reply::Integer(n)) => u16::try_from(*n)
             .ok()

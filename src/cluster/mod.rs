@@ -11,4 +11,4 @@ mod slot;
 pub(crate) use map::{parse_slots, Node, SlotMap};
 pub(crate) use redirect::{redirection, Redirection};
 pub(crate) use shards::{parse_shards, ShardsMap};
-pub(crate) use slot::{key_slot, SLOTS};
+pub(crate) use slot::{key_slot, HashSlot, SLOTS};

@@ -2,12 +2,13 @@
 //! <host:port>` (the slot lives there now) and `ASK <slot> <host:port>`
 //! (this key is being migrated there: ask once with `ASKING`).
 use super::map::{node_at, Node};
+use super::slot::HashSlot;
 
 /// A redirection read from an error reply.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Redirection {
-    Moved { slot: u16, to: Node },
-    Ask { slot: u16, to: Node },
+    Moved { slot: HashSlot, to: Node },
+    Ask { slot: HashSlot, to: Node },
 }
 
 /// The redirection in the error text `text`, if it is one. `from_host` is
@@ -20,7 +21,7 @@ pub(crate) fn redirection(text: &str, from_host: &str) -> Option<Redirection> {
         return None;
     }
     let (slot, endpoint) = rest.trim().split_once(' ')?;
-    let slot: u16 = slot
+    let slot: HashSlot = slot
         .parse()
         .ok()
         .filter(|&s| usize::from(s) < super::slot::SLOTS)?;

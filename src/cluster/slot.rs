@@ -4,6 +4,10 @@
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;
 
+/// A cluster hash slot (0..16384): "slot" elsewhere is the task's reply
+/// slot of vcl.rs.
+pub(crate) type HashSlot = u16;
+
 /// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0) by table, one
 /// lookup per byte: the key of every cluster command goes through it.
 const CRC16_TABLE: [u16; 256] = {
@@ -46,7 +50,7 @@ fn hashed_part(key: &[u8]) -> &[u8] {
 }
 
 /// The slot `key` belongs to.
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
+pub(crate) fn key_slot(key: &[u8]) -> HashSlot {
     // SLOTS is a power of two: the mask is the modulo.
     crc16(hashed_part(key)) & (SLOTS as u16 - 1)
 }

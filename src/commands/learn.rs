@@ -40,9 +40,10 @@
 //! [`MAX_MODELS`] distinct tables in one process, a new table is not
 //! kept and its database keeps the model it has (a peer that gives a new
 //! table each time can fill the cells, never change a kept model).
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::model::{Found, Model};
@@ -81,7 +82,7 @@ fn model_at(index: usize) -> &'static Model {
 /// The cell of a model equal to `model` (same source, same table), stored
 /// now if none is; `None` when every cell is taken.
 fn register(model: Model) -> Option<usize> {
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut taken = TAKEN.lock();
     if let Some(index) = (1..=*taken).find(|&i| MODELS[i].get() == Some(&model)) {
         return Some(index);
     }
@@ -93,12 +94,12 @@ fn register(model: Model) -> Option<usize> {
 
 /// The cell of the table read from the server process `key`, if any.
 fn remembered(key: &(Location, String)) -> Option<usize> {
-    let servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    let servers = SERVERS.lock();
     servers.as_ref()?.get(key).copied()
 }
 
 fn remember(key: (Location, String), index: usize) {
-    let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut servers = SERVERS.lock();
     let servers = servers.get_or_insert_with(HashMap::new);
     if servers.len() >= MAX_SERVERS_REMEMBERED {
         servers.clear();
@@ -156,7 +157,7 @@ impl Commands {
     /// Whether `server`'s version is still to be asked: never asked, or
     /// asked before its last failure.
     pub(crate) fn should_ask(&self, server: &Server) -> bool {
-        let checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        let checked = self.checked.lock();
         checked
             .get(&server.id)
             .map_or(true, |at| server.health.outdates(*at))
@@ -173,7 +174,7 @@ impl Commands {
         until: Option<Instant>,
     ) -> Result<(), Failure> {
         {
-            let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            let mut checked = self.checked.lock();
             if checked
                 .get(&server.id)
                 .is_some_and(|at| !server.health.outdates(*at))
@@ -184,7 +185,7 @@ impl Commands {
         }
         let learnt = self.read(server, conn, until);
         if learnt.is_err() {
-            let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            let mut checked = self.checked.lock();
             checked.remove(&server.id);
         }
         learnt

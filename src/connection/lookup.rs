@@ -7,10 +7,11 @@
 //! - before the first thread starts, the hook set by the FFI layer pins our
 //!   shared object in memory, so that a lookup outliving its VCL (and the
 //!   `dlclose` after `vcl.discard`) never returns into unmapped code.
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
+use std::sync::{Arc, Once, OnceLock};
 
 use super::Limit;
 
@@ -58,7 +59,7 @@ pub(super) fn lookup_with(
     work: impl FnOnce(&str) -> io::Result<Vec<SocketAddr>> + Send + 'static,
 ) -> io::Result<Vec<SocketAddr>> {
     let (flight, leader) = {
-        let mut flights = in_flight().lock().unwrap_or_else(|e| e.into_inner());
+        let mut flights = in_flight().lock();
         match flights.get(host) {
             Some(flight) => (flight.clone(), false),
             None => {
@@ -102,7 +103,7 @@ fn pin_before_first_thread() {
 impl Flight {
     /// The outcome, waited for until `limit`.
     fn wait(&self, limit: Limit) -> io::Result<Vec<SocketAddr>> {
-        let mut outcome = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        let mut outcome = self.outcome.lock();
         loop {
             if let Some(outcome) = &*outcome {
                 return outcome
@@ -113,13 +114,12 @@ impl Flight {
             let wait = limit
                 .wait()
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "timeout"))?;
-            outcome = match wait {
-                None => self.done.wait(outcome).unwrap_or_else(|e| e.into_inner()),
+            match wait {
+                None => self.done.wait(&mut outcome),
                 Some(left) => {
-                    let waited = self.done.wait_timeout(outcome, left);
-                    waited.unwrap_or_else(|e| e.into_inner()).0
+                    self.done.wait_for(&mut outcome, left);
                 }
-            };
+            }
         }
     }
 }
@@ -140,7 +140,7 @@ impl Landing {
 
     fn end(&self, outcome: Outcome) {
         {
-            let mut flights = in_flight().lock().unwrap_or_else(|e| e.into_inner());
+            let mut flights = in_flight().lock();
             if flights
                 .get(&self.host)
                 .is_some_and(|flight| Arc::ptr_eq(flight, &self.flight))
@@ -148,11 +148,7 @@ impl Landing {
                 flights.remove(&self.host);
             }
         }
-        let mut slot = self
-            .flight
-            .outcome
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.flight.outcome.lock();
         if slot.is_none() {
             *slot = Some(outcome);
             self.flight.done.notify_all();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::multiplexed::Multiplexed;
-use super::private::PrivateSlot;
+use super::private::PrivateAccess;
 use super::shared::SharedPool;
 
 /// How one server's connections are held: chosen by the database's
@@ -13,7 +13,7 @@ use super::shared::SharedPool;
 /// servers.
 pub(crate) enum Connections {
     /// `shared_connections=false`: in the VCL's per-thread lists.
-    Private(PrivateSlot),
+    Private(PrivateAccess),
     /// A bounded pool shared by all workers.
     Pooled(Arc<SharedPool>),
     /// [ext] `pipelining=true`.

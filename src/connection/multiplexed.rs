@@ -53,8 +53,8 @@ struct State {
     driving: bool,
     /// Requests queued and not written yet, their bytes in order.
     unsent: Vec<u8>,
-    /// Their slots, each with the length of its bytes in `unsent`.
-    unsent_slots: Vec<(Arc<Slot>, usize)>,
+    /// Their waiters, each with the length of its bytes in `unsent`.
+    unsent_waiters: Vec<(Arc<Waiter>, usize)>,
     /// What was written and is not answered yet, in order: each batch of
     /// requests, then its fence (`PING <token>`).
     ///
@@ -96,7 +96,7 @@ struct State {
 }
 
 enum InFlight {
-    Request(Arc<Slot>),
+    Request(Arc<Waiter>),
     /// Written after a batch of requests: its reply, in its place, says
     /// that the replies before it are theirs.
     Fence(FenceToken),
@@ -167,7 +167,7 @@ enum FenceReply {
 }
 
 /// What one waiting request gets.
-struct Slot {
+struct Waiter {
     thread: Thread,
     /// When its worker stops waiting (none: never).
     deadline: Option<Instant>,
@@ -184,9 +184,9 @@ struct Slot {
     abandoned: AtomicBool,
 }
 
-impl Slot {
-    fn new(deadline: Option<Instant>) -> Arc<Slot> {
-        Arc::new(Slot {
+impl Waiter {
+    fn new(deadline: Option<Instant>) -> Arc<Waiter> {
+        Arc::new(Waiter {
             thread: thread::current(),
             deadline,
             result: Mutex::new(None),
@@ -271,35 +271,38 @@ impl State {
     /// every request of the batch, each with seconds left.
     fn take_batch(&mut self, stats: &Stats) -> (Vec<u8>, Option<Instant>) {
         let mut batch = std::mem::take(&mut self.unsent);
-        let mut slots = std::mem::take(&mut self.unsent_slots);
-        if slots.iter().any(|(slot, _)| slot.abandoned()) {
+        let mut waiters = std::mem::take(&mut self.unsent_waiters);
+        if waiters.iter().any(|(waiter, _)| waiter.abandoned()) {
             let mut live = Vec::with_capacity(batch.len());
             let mut at = 0;
-            for (slot, len) in &slots {
-                if !slot.abandoned() {
+            for (waiter, len) in &waiters {
+                if !waiter.abandoned() {
                     live.extend_from_slice(&batch[at..at + len]);
                 }
                 at += len;
             }
-            slots.retain(|(slot, _)| !slot.abandoned());
+            waiters.retain(|(waiter, _)| !waiter.abandoned());
             batch = live;
         }
-        if slots.is_empty() {
+        if waiters.is_empty() {
             batch.clear();
             return (batch, None);
         }
-        let write_by = slots
+        let write_by = waiters
             .iter()
-            .map(|(slot, _)| slot.deadline)
+            .map(|(waiter, _)| waiter.deadline)
             .try_fold(None, |last: Option<Instant>, deadline| {
                 deadline.map(|deadline| Some(last.map_or(deadline, |last| last.max(deadline))))
             })
             .flatten();
         stats.inc(Counter::PipelineBatches);
-        stats.add(Counter::PipelineCommands, slots.len() as u64);
-        stats.inc(Counter::batch_size(slots.len()));
-        self.in_flight
-            .extend(slots.into_iter().map(|(slot, _)| InFlight::Request(slot)));
+        stats.add(Counter::PipelineCommands, waiters.len() as u64);
+        stats.inc(Counter::batch_size(waiters.len()));
+        self.in_flight.extend(
+            waiters
+                .into_iter()
+                .map(|(waiter, _)| InFlight::Request(waiter)),
+        );
         let fence = self.next_fence();
         self.in_flight.push_back(InFlight::Fence(fence));
         fence.pack_into(&mut batch);
@@ -324,11 +327,11 @@ impl State {
 
     /// Puts one reply in its place (see `in_flight`); true when `mine`
     /// was released by it.
-    fn route(&mut self, read: Read, mine: &Arc<Slot>) -> Result<bool, Failure> {
+    fn route(&mut self, read: Read, mine: &Arc<Waiter>) -> Result<bool, Failure> {
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
-                Some(InFlight::Request(slot)) => {
-                    slot.hold(reply, self.identity.as_ref());
+                Some(InFlight::Request(waiter)) => {
+                    waiter.hold(reply, self.identity.as_ref());
                     self.held += 1;
                     Ok(false)
                 }
@@ -337,9 +340,9 @@ impl State {
             Read::Fence(FenceReply::Itself) => {
                 let mut released_mine = false;
                 for entry in self.in_flight.drain(..=self.held) {
-                    if let InFlight::Request(slot) = entry {
-                        released_mine |= Arc::ptr_eq(&slot, mine);
-                        slot.release();
+                    if let InFlight::Request(waiter) = entry {
+                        released_mine |= Arc::ptr_eq(&waiter, mine);
+                        waiter.release();
                     }
                 }
                 self.held = 0;
@@ -404,7 +407,7 @@ impl Multiplexed {
             .iter()
             .filter(|entry| matches!(entry, InFlight::Request(_)))
             .count();
-        written + state.unsent_slots.len()
+        written + state.unsent_waiters.len()
     }
 
     /// Whether a connection is open (idle or in use).
@@ -440,37 +443,37 @@ impl Multiplexed {
             open_by,
             timeout,
         };
-        let slot = Slot::new(deadline);
-        let reply = self.exchange(packed, &slot, stats, &checkout)?;
-        let identity = slot.identity.lock().take();
+        let waiter = Waiter::new(deadline);
+        let reply = self.exchange(packed, &waiter, stats, &checkout)?;
+        let identity = waiter.identity.lock().take();
         Ok((reply, identity))
     }
 
-    /// Queues `packed` for `slot`, then waits for its reply or drives.
+    /// Queues `packed` for `waiter`, then waits for its reply or drives.
     fn exchange<E: fmt::Display>(
         &self,
         packed: &[u8],
-        slot: &Arc<Slot>,
+        waiter: &Arc<Waiter>,
         stats: &Stats,
         checkout: &Checkout<'_, E>,
     ) -> Result<Reply, RequestError<E>> {
-        let deadline = slot.deadline;
+        let deadline = waiter.deadline;
         {
             let mut state = self.state.lock();
             state.unsent.extend_from_slice(packed);
-            state.unsent_slots.push((slot.clone(), packed.len()));
+            state.unsent_waiters.push((waiter.clone(), packed.len()));
             if !state.driving {
                 state.driving = true;
                 drop(state);
-                return self.drive(slot, stats, checkout);
+                return self.drive(waiter, stats, checkout);
             }
         }
         loop {
-            if let Some(result) = slot.take() {
+            if let Some(result) = waiter.take() {
                 return result.map_err(RequestError::Collateral);
             }
-            if slot.drive.load(Ordering::Acquire) {
-                return self.drive(slot, stats, checkout);
+            if waiter.drive.load(Ordering::Acquire) {
+                return self.drive(waiter, stats, checkout);
             }
             match deadline {
                 None => thread::park(),
@@ -481,14 +484,14 @@ impl Multiplexed {
                         continue;
                     }
                     let state = self.state.lock();
-                    if let Some(result) = slot.take() {
+                    if let Some(result) = waiter.take() {
                         return result.map_err(RequestError::Collateral);
                     }
-                    if slot.drive.load(Ordering::Acquire) {
+                    if waiter.drive.load(Ordering::Acquire) {
                         drop(state);
-                        return self.drive(slot, stats, checkout);
+                        return self.drive(waiter, stats, checkout);
                     }
-                    slot.abandoned.store(true, Ordering::Relaxed);
+                    waiter.abandoned.store(true, Ordering::Relaxed);
                     return Err(RequestError::Collateral(Failure::Timeout));
                 }
             }
@@ -499,7 +502,7 @@ impl Multiplexed {
     /// until `mine` has its reply; then passes the driving on.
     fn drive<E: fmt::Display>(
         &self,
-        mine: &Arc<Slot>,
+        mine: &Arc<Waiter>,
         stats: &Stats,
         checkout: &Checkout<'_, E>,
     ) -> Result<Reply, RequestError<E>> {
@@ -535,13 +538,13 @@ impl Multiplexed {
                 // next of them to be retried connects again.
                 let mut state = self.state.lock();
                 state.unsent.clear();
-                for (slot, _) in std::mem::take(&mut state.unsent_slots) {
-                    if !Arc::ptr_eq(&slot, mine) {
+                for (waiter, _) in std::mem::take(&mut state.unsent_waiters) {
+                    if !Arc::ptr_eq(&waiter, mine) {
                         let failure = io::Error::new(
                             io::ErrorKind::NotConnected,
                             format!("connecting failed: {err}"),
                         );
-                        slot.fail(Failure::Io(failure));
+                        waiter.fail(Failure::Io(failure));
                     }
                 }
                 self.pass_driving(&mut state, None);
@@ -618,7 +621,7 @@ impl Multiplexed {
                             drop(state);
                             return mine
                                 .take()
-                                .expect("a released slot holds its reply")
+                                .expect("a released waiter holds its reply")
                                 .map_err(RequestError::Failed);
                         }
                     }
@@ -626,7 +629,7 @@ impl Multiplexed {
                     drop(state);
                     return mine
                         .take()
-                        .expect("a released slot holds its reply")
+                        .expect("a released waiter holds its reply")
                         .map_err(RequestError::Failed);
                 }
                 Err(failure) => return Err(self.condemn(&mut state, mine, failure)),
@@ -637,19 +640,24 @@ impl Multiplexed {
     /// Closes the connection (the caller drops it) after `failure`: every
     /// request written on it fails, held replies included; requests not
     /// written yet go to a new connection. Returns `mine`'s error.
-    fn condemn<E>(&self, state: &mut State, mine: &Arc<Slot>, failure: Failure) -> RequestError<E> {
+    fn condemn<E>(
+        &self,
+        state: &mut State,
+        mine: &Arc<Waiter>,
+        failure: Failure,
+    ) -> RequestError<E> {
         let mut mine_failed = None;
         let written = std::mem::take(&mut state.in_flight);
         let requests = written.into_iter().filter_map(|entry| match entry {
-            InFlight::Request(slot) => Some(slot),
+            InFlight::Request(waiter) => Some(waiter),
             InFlight::Fence(_) => None,
         });
-        for slot in requests {
+        for waiter in requests {
             let theirs = copy(&failure);
-            if Arc::ptr_eq(&slot, mine) {
+            if Arc::ptr_eq(&waiter, mine) {
                 mine_failed = Some(theirs);
             } else {
-                slot.fail(theirs);
+                waiter.fail(theirs);
             }
         }
         state.held = 0;
@@ -663,12 +671,12 @@ impl Multiplexed {
     /// Returns whether the connection stays open.
     fn pass_driving(&self, state: &mut State, conn: Option<Connection>) -> bool {
         let written = state.in_flight.iter().filter_map(|entry| match entry {
-            InFlight::Request(slot) => Some(slot),
+            InFlight::Request(waiter) => Some(waiter),
             InFlight::Fence(_) => None,
         });
         let next = written
-            .chain(state.unsent_slots.iter().map(|(slot, _)| slot))
-            .find(|slot| !slot.abandoned())
+            .chain(state.unsent_waiters.iter().map(|(waiter, _)| waiter))
+            .find(|waiter| !waiter.abandoned())
             .cloned();
         match next {
             Some(next) => {
@@ -684,7 +692,7 @@ impl Multiplexed {
                 let owes = !state.in_flight.is_empty();
                 state.in_flight.clear();
                 state.held = 0;
-                state.unsent_slots.clear();
+                state.unsent_waiters.clear();
                 state.unsent.clear();
                 state.conn = conn.filter(|_| !owes);
                 state.driving = false;

@@ -179,7 +179,7 @@ impl PrivateConnections {
 /// One server's place in the per-thread lists of its VCL: what a worker
 /// needs to take its connection there and give it back.
 #[derive(Clone)]
-pub struct PrivateSlot {
+pub struct PrivateAccess {
     lists: Arc<PrivateConnections>,
     owner: Owner,
     /// The owner's `max_connections`: what a thread keeps in total.
@@ -189,22 +189,22 @@ pub struct PrivateSlot {
 }
 
 /// A private connection held for one command, borrowing its server's
-/// slot (nothing shared between threads is touched), or by a task across
+/// access (nothing shared between threads is touched), or by a task across
 /// VCL calls ([`PrivateLease::into_owned`]). Dropping it gives the
 /// connection back to its thread's list, unless it broke or was retired.
 pub struct PrivateLease<'a> {
-    slot: Cow<'a, PrivateSlot>,
+    access: Cow<'a, PrivateAccess>,
     conn: Leased,
 }
 
-impl PrivateSlot {
+impl PrivateAccess {
     pub fn new(
         lists: Arc<PrivateConnections>,
         owner: Owner,
         budget: u32,
         stats: Weak<Stats>,
     ) -> Self {
-        PrivateSlot {
+        PrivateAccess {
             lists,
             owner,
             budget,
@@ -224,7 +224,7 @@ impl PrivateSlot {
         let mut idle = std::iter::from_fn(|| self.lists.take(self.owner));
         let conn = manager.checkout(&mut idle, deadline, timeout)?;
         Ok(PrivateLease {
-            slot: Cow::Borrowed(self),
+            access: Cow::Borrowed(self),
             conn: Leased(Some(conn)),
         })
     }
@@ -239,10 +239,10 @@ impl PrivateLease<'_> {
         self.conn.is_broken()
     }
 
-    /// The lease with its own copy of the slot, for a task to keep.
+    /// The lease with its own copy of the access, for a task to keep.
     pub fn into_owned(mut self) -> PrivateLease<'static> {
         PrivateLease {
-            slot: Cow::Owned(self.slot.as_ref().clone()),
+            access: Cow::Owned(self.access.as_ref().clone()),
             conn: Leased(self.conn.0.take()),
         }
     }
@@ -251,9 +251,10 @@ impl PrivateLease<'_> {
 impl Drop for PrivateLease<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take_unbroken() {
-            let slot = &self.slot;
-            slot.lists
-                .give_back(slot.owner, slot.stats.clone(), conn, slot.budget);
+            let access = &self.access;
+            access
+                .lists
+                .give_back(access.owner, access.stats.clone(), conn, access.budget);
         }
     }
 }

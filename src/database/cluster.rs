@@ -9,7 +9,7 @@ use super::discovery::{host_of, Cluster};
 use super::execute::Execution;
 use super::lease::Lease;
 use super::{Database, Note};
-use crate::cluster::{redirection, Node, Redirection};
+use crate::cluster::{redirection, HashSlot, Node, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
 use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::Reply;
@@ -286,7 +286,7 @@ fn held_reply(effect: Effect, multi: bool) -> Option<Reply> {
 }
 
 /// Whether `topology`'s map has `slot` on the master at `node`.
-fn map_agrees(topology: &Topology, slot: u16, node: &Node) -> bool {
+fn map_agrees(topology: &Topology, slot: HashSlot, node: &Node) -> bool {
     let shard = topology.slots.as_ref().and_then(|map| map.shard_of(slot));
     let master = shard.and_then(|shard| topology.servers.get(shard.master));
     master.is_some_and(|master| node.as_ref() == Ok(master.location()))
@@ -309,7 +309,7 @@ fn map_names(topology: &Topology, node: &Node) -> bool {
 /// key or a map, any node but those of shards that serve no slot yet.
 fn route(
     topology: &Topology,
-    slot: Option<u16>,
+    slot: Option<HashSlot>,
     master_only: bool,
     attempt: u32,
 ) -> Option<Arc<Server>> {

@@ -4,8 +4,8 @@
 //! replica of the promoted one. The Sentinel thread starts and lifts the
 //! hold (`src/sentinel/apply.rs`); workers only read an atomic flag
 //! unless a hold is on.
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::config::Location;
@@ -40,9 +40,7 @@ pub(crate) struct FailoverHold {
 
 impl FailoverHold {
     fn state(&self) -> MutexGuard<'_, Option<Held>> {
-        // A poisoned lock only means a panic elsewhere: the state is a
-        // plain value, still valid.
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held.lock()
     }
 
     /// Holds from now until [`lift`](Self::lift) of `master`, at most
@@ -130,11 +128,7 @@ impl FailoverHold {
                 };
             }
             let until = deadline.map_or(h.until, |deadline| deadline.min(h.until));
-            held = self
-                .lifted
-                .wait_timeout(held, until - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.lifted.wait_for(&mut held, until - now);
         }
     }
 }

@@ -146,7 +146,7 @@ impl Lease<'_> {
 
 /// What one task keeps of a database between its commands: what it left
 /// on its connection, and that connection while it matters. Lives in the
-/// task's slot of the database object and ends with it.
+/// task's reply slot of the database object and ends with it.
 #[derive(Default)]
 pub struct TaskConnection {
     pub(super) session: Session,
@@ -158,9 +158,9 @@ pub struct TaskConnection {
 /// A connection kept by one task, from `MULTI` / `WATCH` to `EXEC`,
 /// `DISCARD` or `UNWATCH`, or from a command that changed its state
 /// (`SELECT`...) to the end of the task: the task's commands all go there,
-/// and no other task gets it meanwhile (in shared mode it keeps its pool
-/// slot). The server is held too: it stays valid whatever the topology
-/// becomes meanwhile.
+/// and no other task gets it meanwhile (in shared mode it keeps its place
+/// in the pool). The server is held too: it stays valid whatever the
+/// topology becomes meanwhile.
 pub(super) struct Pinned {
     pub(super) server: Arc<Server>,
     held: Option<Held>,
@@ -200,7 +200,7 @@ impl Pinned {
 
 impl Database {
     /// A connection to `server`: this thread's idle one or a new one in
-    /// private mode, the one in a pool slot or a new one in shared mode,
+    /// private mode, the one in the pool or a new one in shared mode,
     /// waiting for a pooled one until `deadline` at most; with [ext]
     /// `pipelining=true`, a place on a multiplexed connection when
     /// `shares` (the command may share one, and need not follow another
@@ -214,7 +214,7 @@ impl Database {
         timeout: Option<Duration>,
     ) -> Result<Lease<'a>> {
         Ok(match &*server.connections {
-            Connections::Private(slot) => Lease::Private(slot.get(server, deadline, timeout)?),
+            Connections::Private(access) => Lease::Private(access.get(server, deadline, timeout)?),
             Connections::Pooled(pool) => {
                 Lease::Shared(pool.get(&self.stats, server, deadline, timeout)?)
             }

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use crate::commands::Commands;
 use crate::config::{ConfigError, DbConfig, Location, Preference, Role};
-use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
+use crate::connection::private::{Owner, PrivateAccess, PrivateConnections};
 use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
@@ -348,7 +348,7 @@ impl Database {
         let config = &self.config;
         let pool = || SharedPool::new(connector.location().to_string(), config.max_connections);
         let connections = match (config.shared_connections, config.pipelining) {
-            (false, _) => Connections::Private(PrivateSlot::new(
+            (false, _) => Connections::Private(PrivateAccess::new(
                 self.private.clone(),
                 self.owner(id),
                 config.max_connections,

@@ -192,7 +192,7 @@ pub(crate) struct Filled<'r> {
     /// The promise of the server that gave it, as it held then.
     pub pledge: Pledge,
     /// Cluster: the slot of its keys.
-    pub slot: Option<u16>,
+    pub slot: Option<crate::cluster::HashSlot>,
 }
 
 /// A read in flight that may fill the cache.

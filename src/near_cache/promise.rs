@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::cluster::SLOTS;
+use crate::cluster::{HashSlot, SLOTS};
 
 /// How long the answer to a heartbeat proves the promise: past it, the
 /// server's entries are not served (a miss), and kept for when it answers
@@ -195,7 +195,7 @@ impl Promise {
     pub(crate) fn pledge(
         self: &Arc<Self>,
         identity: Option<&str>,
-        slot: Option<u16>,
+        slot: Option<HashSlot>,
         now: Instant,
     ) -> Result<Pledge, Unpledged> {
         let generation = self.generation.load(Ordering::Acquire);
@@ -226,7 +226,7 @@ impl Promise {
 
     /// A slot master's pledge for its replica's reply: made, proven, and
     /// serving `slot` (its identity is the tracking connection's own).
-    pub(crate) fn oversight(self: &Arc<Self>, slot: u16, now: Instant) -> Option<Pledge> {
+    pub(crate) fn oversight(self: &Arc<Self>, slot: HashSlot, now: Instant) -> Option<Pledge> {
         let identity = self.identity.lock().clone();
         self.pledge(identity.as_deref(), Some(slot), now).ok()
     }
@@ -243,7 +243,7 @@ impl Promise {
 
     /// Cluster: whether the node serves `slot`, stable (always true for
     /// a server that is no cluster node).
-    pub(crate) fn serves(&self, slot: u16) -> bool {
+    pub(crate) fn serves(&self, slot: HashSlot) -> bool {
         let Some(bits) = self.slots.get() else {
             return true;
         };
@@ -277,7 +277,7 @@ impl Default for SlotSet {
 }
 
 impl SlotSet {
-    pub(crate) fn insert(&mut self, slot: u16) {
+    pub(crate) fn insert(&mut self, slot: HashSlot) {
         let slot = usize::from(slot);
         if slot < SLOTS {
             self.0[slot / 64] |= 1 << (slot % 64);
@@ -286,7 +286,7 @@ impl SlotSet {
 
     /// The slots `first..=last` (those past the last slot left out), a
     /// word at a time.
-    pub(crate) fn insert_range(&mut self, first: u16, last: u16) {
+    pub(crate) fn insert_range(&mut self, first: HashSlot, last: HashSlot) {
         let (first, last) = (usize::from(first), usize::from(last).min(SLOTS - 1));
         if first > last {
             return;
@@ -298,14 +298,14 @@ impl SlotSet {
         }
     }
 
-    pub(crate) fn remove(&mut self, slot: u16) {
+    pub(crate) fn remove(&mut self, slot: HashSlot) {
         let slot = usize::from(slot);
         if slot < SLOTS {
             self.0[slot / 64] &= !(1 << (slot % 64));
         }
     }
 
-    pub(crate) fn contains(&self, slot: u16) -> bool {
+    pub(crate) fn contains(&self, slot: HashSlot) -> bool {
         let slot = usize::from(slot);
         slot < SLOTS && self.0[slot / 64] & (1 << (slot % 64)) != 0
     }

@@ -227,7 +227,7 @@ impl Server {
     /// A server of no database (private connections, its own counters),
     /// for tests of routing and topology.
     pub(crate) fn for_test(id: u32, location: &str, role: Role) -> Self {
-        use crate::connection::private::{Owner, PrivateConnections, PrivateSlot};
+        use crate::connection::private::{Owner, PrivateAccess, PrivateConnections};
         let location: crate::config::Location = location.parse().expect("a location");
         let connector = Connector::new(
             &location,
@@ -238,7 +238,7 @@ impl Server {
             None,
         );
         let stats = Arc::new(Stats::default());
-        let slot = PrivateSlot::new(
+        let access = PrivateAccess::new(
             Arc::new(PrivateConnections::default()),
             Owner { db: 0, server: id },
             1,
@@ -252,7 +252,7 @@ impl Server {
             identify: false,
         };
         let health = Arc::new(Health::new(Duration::from_secs(60)));
-        let connections = Arc::new(Connections::Private(slot));
+        let connections = Arc::new(Connections::Private(access));
         Server::new(id, connector, role, health, 0, policy, connections)
     }
 }

@@ -6,10 +6,10 @@
 //! `CLIENT TRACKING` (a frozen tracking link: the VMOD's other
 //! connections through it go on working).
 use super::*;
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpListener};
 use std::sync::atomic::AtomicUsize;
-use std::sync::Mutex;
 
 /// How often a pump looks at its socket, the stop flag and the freeze.
 const TICK: Duration = Duration::from_millis(5);
@@ -101,10 +101,10 @@ impl Drop for Proxy {
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
         }
-        for s in self.shared.sockets.lock().unwrap().drain(..) {
+        for s in self.shared.sockets.lock().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
-        for t in self.threads.lock().unwrap().drain(..) {
+        for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
     }
@@ -139,11 +139,7 @@ fn accept(
             let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
                 continue;
             };
-            shared
-                .sockets
-                .lock()
-                .unwrap()
-                .push(from.try_clone().unwrap());
+            shared.sockets.lock().push(from.try_clone().unwrap());
             let (shared, link) = (shared.clone(), link.clone());
             let pump = Pump {
                 from,
@@ -161,7 +157,7 @@ fn accept(
                 pumps.push(t);
             }
         }
-        threads.lock().unwrap().extend(pumps);
+        threads.lock().extend(pumps);
     }
 }
 

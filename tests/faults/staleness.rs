@@ -13,7 +13,7 @@ use super::staleness_history::{
     ALL_KEYS,
 };
 use super::*;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 const READERS: usize = 100;
 const WRITERS: usize = 4;
@@ -123,7 +123,7 @@ impl StaleLoad {
         let absent = Arc::new(target.absent);
         {
             let mut direct = (target.direct)();
-            let mut h = history.lock().unwrap();
+            let mut h = history.lock();
             if !absent.is_empty() {
                 h.resets.push(Reset {
                     start: 0,
@@ -223,11 +223,7 @@ impl StaleLoad {
 
     /// The keys of `keys` ([`key_set`]) emptied between `start` and `end`.
     pub(crate) fn reset_keys(&self, start: u64, end: u64, keys: u64) {
-        self.history
-            .lock()
-            .unwrap()
-            .resets
-            .push(Reset { start, end, keys });
+        self.history.lock().resets.push(Reset { start, end, keys });
     }
 
     /// The absent keys are written from now on.
@@ -270,7 +266,7 @@ impl StaleLoad {
             let _ = t.join();
         }
         let (nc0, nc1) = (&self.before, near_cache_counters(self.port)?);
-        let mut history = std::mem::take(&mut *self.history.lock().unwrap());
+        let mut history = std::mem::take(&mut *self.history.lock());
         judged_as(&mut history);
         for e in &self.events {
             s.say(e);
@@ -467,7 +463,7 @@ fn reader(
             }
         }
     }
-    let mut h = history.lock().unwrap();
+    let mut h = history.lock();
     h.reads.extend(reads);
     h.unanswered += unanswered;
     h.bad_status += bad_status;
@@ -561,7 +557,7 @@ fn writer(
             Duration::from_millis(100)
         });
     }
-    history.lock().unwrap().writes.extend(writes);
+    history.lock().writes.extend(writes);
 }
 
 /// `CLIENT KILL` of the connections in tracking mode (flag `t`).

@@ -7,7 +7,7 @@ use super::proxy::Proxy;
 use super::staleness::{near_cache_counters, Clock};
 use super::staleness_history::{checker_self_test, staleness_bound, History, ReplicaPoll};
 use super::*;
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// The frozen link: from this far into the load, for this long.
 const FREEZE_AT: f64 = 3.0;
@@ -235,10 +235,10 @@ pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> 
     ));
     let lag = Mutex::new(String::new());
     load.finish_judged(&mut s, true, |h| {
-        *lag.lock().unwrap() = replica_lag(h, &polls);
+        *lag.lock() = replica_lag(h, &polls);
         h.as_replica_held(&polls);
     })?;
-    s.say(lag.into_inner().unwrap());
+    s.say(lag.into_inner());
     s.check(served.1 > 0, || "the replica served no read".into());
     // Behind the balancer, the replies of the server the tracking
     // connection did not reach are not kept, and that is said once:

@@ -16,6 +16,7 @@
 //! Each target uses a subset of this module.
 #![allow(dead_code, reason = "each target uses a subset of this module")]
 
+use parking_lot::{Mutex, MutexGuard};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -23,7 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 fn registry() -> MutexGuard<'static, Registry> {
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+    REGISTRY.lock()
 }
 
 pub fn register_pid(pid: i32, name: &str) {

@@ -29,11 +29,11 @@ use crate::servers::start_redis;
 use crate::support::{self, HttpConn, HttpResponse, RedisConn, Varnishd};
 use crate::{cluster, Fixture};
 use libtest_mimic::Failed;
+use parking_lot::Mutex;
 use state::ClientList;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -224,12 +224,7 @@ pub(crate) fn run() -> Result<(), Failed> {
     }
 
     let failures = Mutex::new(Vec::<String>::new());
-    let fail = |line: String| {
-        failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(line)
-    };
+    let fail = |line: String| failures.lock().push(line);
     let stop = AtomicBool::new(false);
     let load_counts = Mutex::new((0u64, 0u64));
     let mut outcomes = Vec::new();
@@ -267,7 +262,7 @@ pub(crate) fn run() -> Result<(), Failed> {
         ));
     }
     drop(varnishd);
-    let (load_ok, load_missed) = *load_counts.lock().unwrap_or_else(|e| e.into_inner());
+    let (load_ok, load_missed) = *load_counts.lock();
     let skipped: Vec<String> = plan
         .skipped
         .iter()
@@ -284,7 +279,7 @@ pub(crate) fn run() -> Result<(), Failed> {
         outcomes.join(", "),
         skipped.join(", ")
     );
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    let failures = failures.into_inner();
     if failures.is_empty() {
         return Ok(());
     }
@@ -391,7 +386,7 @@ fn load(
         match result {
             Ok((r, value)) => {
                 let got = r.header("value").unwrap_or("");
-                let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+                let mut counts = counts.lock();
                 if r.status != 200 {
                     fail(format!("{db}: load request: status {}", r.status));
                 } else if r.header("get-replied") != Some("true") {
