@@ -137,7 +137,9 @@ impl ServerError {
     }
 
     /// The kind of `reply` if it is an error reply: one match, nothing
-    /// read, for any other reply.
+    /// read, for any other reply. (Execution reads the text too: see
+    /// `database/verdict.rs`.)
+    #[cfg(test)]
     pub(crate) fn of_reply(reply: &crate::protocol::Reply) -> Option<ServerError> {
         match reply {
             crate::protocol::Reply::Error(text) => Some(ServerError::of(text)),

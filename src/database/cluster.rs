@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::discovery::{host_of, Cluster};
+use super::discovery::Cluster;
 use super::execute::Execution;
 use super::lease::Lease;
+use super::verdict::{decide, Answer, Hops, Mode, Next};
 use super::{Database, Note};
-use crate::cluster::{redirection, HashSlot, Node, Redirection};
+use crate::cluster::{HashSlot, Node, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
-use crate::error::{Error, Result, Retry, ServerError};
+use crate::error::{Error, Result};
 use crate::protocol::Reply;
 use crate::routing::{self, rotation, Candidate};
 use crate::server::Server;
@@ -51,26 +52,15 @@ impl Database {
 
     /// [`execute_cluster`](Self::execute_cluster) past the held
     /// transaction commands; `multi`: a `MULTI` is held, sent first.
+    /// Carries out the verdict on each attempt (`verdict.rs`).
     fn execute_routed(&self, cluster: &Cluster, x: &mut Execution, multi: bool) -> Result<Reply> {
         // Scripts are writes for Redis Cluster: a replica would redirect
         // every one of them (the C VMOD forces master=true too). A
         // transaction runs on the master.
-        let found = x.found;
-        let master_only = x.master || self.config.ignore_slaves || found.master_only() || multi;
-        // The slot of all its keys; keys in different slots get Redis's
-        // own error, without a round trip (counted as a reply, an error).
-        // As the first command of a held transaction, it goes to any
-        // master with the MULTI instead: Redis refuses it there and flags
-        // the transaction, so the EXEC gets Redis's EXECABORT, as with
-        // any client.
-        let slot = match found.slot(x.command) {
+        let master_only = x.master || self.config.ignore_slaves || x.found.master_only() || multi;
+        let slot = match self.slot_of(x, multi) {
             Ok(slot) => slot,
-            Err(_) if multi => None,
-            Err(_) => {
-                self.stats.inc(Counter::CommandsTotal);
-                self.stats.inc(Counter::CommandsError);
-                return Ok(Reply::Error(CROSSSLOT.into()));
-            }
+            Err(crossslot) => return Ok(crossslot),
         };
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
@@ -86,22 +76,13 @@ impl Database {
         // One discovery per command at most: a MOVED on each hop must not
         // mean a discovery on each hop.
         let mut refreshed = false;
-        let mut hops: u32 = 0;
-        let mut failed: u32 = 0;
+        let (mut hops, mut failed): (u32, u32) = (0, 0);
         // A redirection's target, and whether it is an ASK.
         let mut target: Option<(Arc<Server>, bool)> = None;
         loop {
             let (server, asking) = match target.take() {
                 Some(target) => target,
-                None => match route(&topology, slot, master_only, failed) {
-                    Some(server) => (server, false),
-                    None => {
-                        self.stats.inc(Counter::CommandsFailed);
-                        return Err(Error::NoServer {
-                            role: "cluster node",
-                        });
-                    }
-                },
+                None => self.node_for(&topology, slot, master_only, failed)?,
             };
             if self.config.debug {
                 let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
@@ -112,119 +93,113 @@ impl Database {
                     server.location()
                 )));
             }
-            let (reply, mut lease) = match self.cluster_attempt(x, &server, asking, multi) {
-                Ok(answer) => answer,
-                Err(err @ Error::MultiRefused { .. }) => {
-                    self.stats.inc(Counter::CommandsFailed);
-                    return Err(err);
-                }
-                Err(err) if failed < x.retries => {
-                    self.stats.inc(Counter::CommandsFailed);
-                    self.stats.inc(Counter::CommandsRetried);
-                    failed += 1;
-                    if self.config.debug {
-                        let text = format!("attempt {failed} failed ({err}); retrying");
-                        x.note(Note::Debug(&text));
-                    }
-                    // The node may have left (a failover): learn where its
-                    // slots went before the next attempt.
-                    if !refreshed {
-                        refreshed = true;
-                        self.refresh_slots(cluster, seen, x);
-                        seen = cluster.generation();
-                        topology = self.topology();
-                    }
-                    continue;
-                }
-                Err(err) => {
-                    self.stats.inc(Counter::CommandsFailed);
-                    // Not for this command, but the next ones: with no
-                    // MOVED from a node that is gone, a failover is
-                    // learnt only this way.
-                    if !refreshed {
-                        self.refresh_slots(cluster, seen, x);
-                    }
-                    return Err(err);
-                }
+            let mut outcome = self.cluster_attempt(x, &server, asking, multi);
+            let answer = match &outcome {
+                Ok((reply, _)) => Answer::Reply(reply),
+                Err(err) => Answer::Failed(err),
             };
-            let retry = ServerError::of_reply(&reply).map(ServerError::retry);
-            let (Some(retry), Reply::Error(text)) = (retry, &reply) else {
-                return Ok(self.settle(x, reply, lease, &server));
+            let agrees = |redirection: &Redirection| map_agrees_with(&topology, redirection);
+            let hopped = Hops {
+                multi,
+                hops,
+                max_hops,
+                refreshed,
+                map_agrees: &agrees,
             };
-            let redirect = match retry {
-                Retry::Redirect => redirection(text, host_of(server.location())),
-                _ => None,
-            };
-            if multi && (redirect.is_some() || retry == Retry::Again && failed < x.retries) {
-                // Its connection holds the MULTI, and a transaction the
-                // server marked failed: closed, the next attempt sends
-                // MULTI again.
+            let at = self.attempt_state(x, &server, Mode::Cluster(hopped), failed);
+            let verdict = decide(&answer, &at);
+            if let (true, Ok((_, lease))) = (verdict.retire, &mut outcome) {
                 lease.retire();
             }
-            if let Some(redirection) = redirect {
-                drop(lease);
-                // As in the C VMOD, `commands.total` counts each send that
-                // got a reply: a command redirected once counts 2.
-                self.stats.inc(Counter::CommandsTotal);
-                let (to, ask, moved_slot) = match redirection {
-                    Redirection::Moved { slot, to } => {
-                        self.stats.inc(Counter::ClusterRepliesMoved);
-                        (to, false, slot)
-                    }
-                    Redirection::Ask { slot, to } => {
-                        self.stats.inc(Counter::ClusterRepliesAsk);
-                        (to, true, slot)
-                    }
-                };
-                hops += 1;
-                if hops > max_hops {
-                    // Not in `commands.failed`, as in the C VMOD: every
-                    // send got a reply, counted above.
+            self.heed(x, &server, &verdict);
+            failed += u32::from(verdict.uses_retry());
+            let error = match (outcome, &verdict.next) {
+                (Ok((reply, lease)), Next::Done) => {
+                    return Ok(self.settle(x, reply, lease, &server))
+                }
+                (Err(err), Next::GiveUp) => Some(err),
+                // Its lease goes back first.
+                _ => None,
+            };
+            if verdict.refresh {
+                refreshed = true;
+                self.refresh_slots(cluster, seen, x);
+                seen = cluster.generation();
+                topology = self.topology();
+            }
+            if let Some(err) = error {
+                return Err(err);
+            }
+            match verdict.next {
+                Next::TooManyRedirections { last } => {
                     return Err(Error::TooManyRedirections {
                         max: max_hops,
-                        last: text.clone(),
-                    });
+                        last,
+                    })
                 }
-                // A MOVED to where the map already puts the slot (the
-                // command was routed by another argument than its key, or
-                // a write went to a replica) says nothing new. An ASK to
-                // a node the map does not name: a node joined since it
-                // was read (else the target stays learnt, bounded, until
-                // a discovery drops it).
-                let stale = match ask {
-                    false => !map_agrees(&topology, moved_slot, &to),
-                    true => !map_names(&topology, &to),
-                };
-                if stale && !refreshed {
-                    refreshed = true;
-                    self.refresh_slots(cluster, seen, x);
-                    seen = cluster.generation();
-                    topology = self.topology();
+                Next::Follow(redirection) => {
+                    hops += 1;
+                    target = Some(self.redirected(redirection)?);
                 }
-                let Some(next) = self.cluster_node(&to) else {
-                    self.stats.inc(Counter::CommandsFailed);
-                    return Err(Error::NoServer {
-                        role: "cluster node",
-                    });
-                };
-                target = Some((next, ask));
-                continue;
+                Next::SameServer => target = Some((server, asking)),
+                // Routed again, for the retry.
+                Next::Reroute | Next::PassOver | Next::Done | Next::GiveUp => {}
             }
-            if retry == Retry::Again && failed < x.retries && !self.may_have_run(x, &reply) {
-                failed += 1;
-                // A reply, if not the one the command ends with.
+        }
+    }
+
+    /// The slot of all the command's keys (`None`: it has none). Keys in
+    /// different slots get Redis's own error, without a round trip
+    /// (counted as a reply, an error): `Err`, that reply. As the first
+    /// command of a held transaction, it goes to any master with the
+    /// MULTI instead: Redis refuses it there and flags the transaction,
+    /// so the EXEC gets Redis's EXECABORT, as with any client.
+    fn slot_of(&self, x: &Execution, multi: bool) -> Result<Option<HashSlot>, Reply> {
+        match x.found.slot(x.command) {
+            Ok(slot) => Ok(slot),
+            Err(_) if multi => Ok(None),
+            Err(_) => {
                 self.stats.inc(Counter::CommandsTotal);
-                self.stats.inc(Counter::CommandsRetried);
-                if self.config.debug {
-                    let text = format!("{} replied {text}; retrying", server.location());
-                    x.note(Note::Debug(&text));
-                }
-                drop(lease);
-                // Same node: the slot did not move.
-                target = Some((server, asking));
-                continue;
+                self.stats.inc(Counter::CommandsError);
+                Err(Reply::Error(CROSSSLOT.into()))
             }
-            return Ok(self.settle(x, reply, lease, &server));
+        }
+    }
+
+    /// The node of a command on `slot` for the attempt after `failed`
+    /// ones ([`route`]), not after an ASK.
+    fn node_for(
+        &self,
+        topology: &Topology,
+        slot: Option<HashSlot>,
+        master_only: bool,
+        failed: u32,
+    ) -> Result<(Arc<Server>, bool)> {
+        match route(topology, slot, master_only, failed) {
+            Some(server) => Ok((server, false)),
+            None => {
+                self.stats.inc(Counter::CommandsFailed);
+                Err(Error::NoServer {
+                    role: "cluster node",
+                })
+            }
+        }
+    }
+
+    /// The node a redirection names, and whether it is an `ASK`.
+    fn redirected(&self, redirection: Redirection) -> Result<(Arc<Server>, bool)> {
+        let (to, ask) = match redirection {
+            Redirection::Moved { to, .. } => (to, false),
+            Redirection::Ask { to, .. } => (to, true),
+        };
+        match self.cluster_node(&to) {
+            Some(node) => Ok((node, ask)),
+            None => {
+                self.stats.inc(Counter::CommandsFailed);
+                Err(Error::NoServer {
+                    role: "cluster node",
+                })
+            }
         }
     }
 
@@ -282,6 +257,15 @@ fn held_reply(effect: Effect, multi: bool) -> Option<Reply> {
         (Effect::Multi, false) | (Effect::Discard, true) => Some(Reply::Status("OK".into())),
         (Effect::Exec, true) => Some(Reply::Array(Vec::new())),
         _ => None,
+    }
+}
+
+/// Whether `topology`'s map already says what `redirection` says: a
+/// `MOVED` to where the map puts the slot, an `ASK` to a node it names.
+fn map_agrees_with(topology: &Topology, redirection: &Redirection) -> bool {
+    match redirection {
+        Redirection::Moved { slot, to } => map_agrees(topology, *slot, to),
+        Redirection::Ask { to, .. } => map_names(topology, to),
     }
 }
 

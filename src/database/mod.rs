@@ -96,6 +96,11 @@ mod execute;
 mod hold;
 mod lease;
 mod near;
+mod pinned;
+mod plan;
+mod send;
+mod standalone;
+mod verdict;
 
 use discovery::Cluster;
 pub(crate) use hold::FailoverHold;
