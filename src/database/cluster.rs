@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::discovery::Cluster;
-use super::execute::Execution;
+use super::execute::{Execution, Replied};
 use super::lease::Lease;
-use super::verdict::{decide, Answer, Hops, Mode, Next};
+use super::verdict::{decide, Answer, Hops, Mode, Next, Verdict};
 use super::{Database, Note};
 use crate::cluster::{HashSlot, Node, Redirection};
 use crate::commands::{Effect, CROSSSLOT};
@@ -31,14 +31,14 @@ const UNLIMITED_HOPS: u32 = 1024;
 impl Database {
     /// Runs `command` on the cluster node that serves its key (any node
     /// when it has none). See the module documentation.
-    pub(super) fn execute_cluster(&self, cluster: &Cluster, x: &mut Execution) -> Result<Reply> {
+    pub(super) fn execute_cluster(&self, cluster: &Cluster, x: &mut Execution) -> Result<Replied> {
         // A transaction's node is decided by its first command (see
         // `held_reply`): the task holds a `MULTI` not sent yet.
         let multi = x.task.session.in_multi();
         if let Some(reply) = held_reply(x.effect, multi) {
             self.stats.inc(Counter::CommandsTotal);
             x.task.session.after_reply(x.effect, &reply);
-            return Ok(reply);
+            return Ok((reply, None));
         }
         let result = self.execute_routed(cluster, x, multi);
         if multi && result.is_err() {
@@ -53,66 +53,50 @@ impl Database {
     /// [`execute_cluster`](Self::execute_cluster) past the held
     /// transaction commands; `multi`: a `MULTI` is held, sent first.
     /// Carries out the verdict on each attempt (`verdict.rs`).
-    fn execute_routed(&self, cluster: &Cluster, x: &mut Execution, multi: bool) -> Result<Reply> {
+    fn execute_routed(&self, cluster: &Cluster, x: &mut Execution, multi: bool) -> Result<Replied> {
         // Scripts are writes for Redis Cluster: a replica would redirect
         // every one of them (the C VMOD forces master=true too). A
         // transaction runs on the master.
         let master_only = x.master || self.config.ignore_slaves || x.found.master_only() || multi;
         let slot = match self.slot_of(x, multi) {
             Ok(slot) => slot,
-            Err(crossslot) => return Ok(crossslot),
+            Err(crossslot) => return Ok((crossslot, None)),
         };
         let max_hops = match self.config.max_cluster_hops {
             0 => UNLIMITED_HOPS,
             max => max,
         };
-        let (mut topology, mut seen) = match self.topology_with_slots(cluster, x) {
+        let (topology, seen) = match self.topology_with_slots(cluster, x) {
             Ok(known) => known,
             Err(err) => {
                 self.stats.inc(Counter::CommandsFailed);
                 return Err(err);
             }
         };
-        // One discovery per command at most: a MOVED on each hop must not
-        // mean a discovery on each hop.
-        let mut refreshed = false;
-        let (mut hops, mut failed): (u32, u32) = (0, 0);
+        let mut route = Route {
+            topology,
+            seen,
+            refreshed: false,
+            multi,
+            hops: 0,
+            max_hops,
+            failed: 0,
+        };
         // A redirection's target, and whether it is an ASK.
         let mut target: Option<(Arc<Server>, bool)> = None;
         loop {
             let (server, asking) = match target.take() {
                 Some(target) => target,
-                None => self.node_for(&topology, slot, master_only, failed)?,
+                None => self.node_for(&route.topology, slot, master_only, route.failed)?,
             };
-            if self.config.debug {
-                let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
-                let ask = if asking { " after ASKING" } else { "" };
-                x.note(Note::Debug(&format!(
-                    "sending {} ({slot}) to {}{ask}",
-                    x.command.logged_name(),
-                    server.location()
-                )));
-            }
+            self.note_sending(x, slot, &server, asking);
             let mut outcome = self.cluster_attempt(x, &server, asking, multi);
-            let answer = match &outcome {
-                Ok((reply, _)) => Answer::Reply(reply),
-                Err(err) => Answer::Failed(err),
-            };
-            let agrees = |redirection: &Redirection| map_agrees_with(&topology, redirection);
-            let hopped = Hops {
-                multi,
-                hops,
-                max_hops,
-                refreshed,
-                map_agrees: &agrees,
-            };
-            let at = self.attempt_state(x, &server, Mode::Cluster(hopped), failed);
-            let verdict = decide(&answer, &at);
+            let verdict = route.verdict(self, x, &server, &outcome);
             if let (true, Ok((_, lease))) = (verdict.retire, &mut outcome) {
                 lease.retire();
             }
             self.heed(x, &server, &verdict);
-            failed += u32::from(verdict.uses_retry());
+            route.failed += u32::from(verdict.uses_retry());
             let error = match (outcome, &verdict.next) {
                 (Ok((reply, lease)), Next::Done) => {
                     return Ok(self.settle(x, reply, lease, &server))
@@ -122,10 +106,7 @@ impl Database {
                 _ => None,
             };
             if verdict.refresh {
-                refreshed = true;
-                self.refresh_slots(cluster, seen, x);
-                seen = cluster.generation();
-                topology = self.topology();
+                route.refresh(self, cluster, x);
             }
             if let Some(err) = error {
                 return Err(err);
@@ -138,13 +119,31 @@ impl Database {
                     })
                 }
                 Next::Follow(redirection) => {
-                    hops += 1;
+                    route.hops += 1;
                     target = Some(self.redirected(redirection)?);
                 }
                 Next::SameServer => target = Some((server, asking)),
                 // Routed again, for the retry.
                 Next::Reroute | Next::PassOver | Next::Done | Next::GiveUp => {}
             }
+        }
+    }
+
+    fn note_sending(
+        &self,
+        x: &mut Execution,
+        slot: Option<HashSlot>,
+        server: &Server,
+        asking: bool,
+    ) {
+        if self.config.debug {
+            let slot = slot.map_or("no key".to_string(), |slot| format!("slot {slot}"));
+            let ask = if asking { " after ASKING" } else { "" };
+            x.note(Note::Debug(&format!(
+                "sending {} ({slot}) to {}{ask}",
+                x.command.logged_name(),
+                server.location()
+            )));
         }
     }
 
@@ -243,6 +242,62 @@ impl Database {
             self.send(&mut lease, server, x, multi)?
         };
         Ok((reply, lease))
+    }
+}
+
+/// Where a cluster command stands between its attempts.
+struct Route {
+    /// The topology it routes on, with its slot map, and the generation
+    /// the map is at least.
+    topology: Arc<Topology>,
+    seen: u64,
+    /// The map was read again for this command: one discovery per
+    /// command at most (a MOVED on each hop must not mean a discovery on
+    /// each hop).
+    refreshed: bool,
+    /// A `MULTI` is held, sent first on each attempt's connection.
+    multi: bool,
+    /// Redirections followed, and the most it may follow.
+    hops: u32,
+    max_hops: u32,
+    /// Retries used.
+    failed: u32,
+}
+
+impl Route {
+    /// The verdict on an attempt on `server` that gave `outcome`.
+    fn verdict(
+        &self,
+        db: &Database,
+        x: &Execution,
+        server: &Server,
+        outcome: &Result<(Reply, Lease<'_>)>,
+    ) -> Verdict {
+        let answer = match outcome {
+            Ok((reply, _)) => Answer::Reply(reply),
+            Err(err) => Answer::Failed(err),
+        };
+        let agrees = |redirection: &Redirection| map_agrees_with(&self.topology, redirection);
+        let hops = Hops {
+            multi: self.multi,
+            hops: self.hops,
+            max_hops: self.max_hops,
+            refreshed: self.refreshed,
+            map_agrees: &agrees,
+        };
+        decide(
+            &answer,
+            &db.attempt_state(x, server, Mode::Cluster(hops), self.failed),
+        )
+    }
+
+    /// The map read again (unless a discovery runs or ran since `seen`),
+    /// routed on from now.
+    fn refresh(&mut self, db: &Database, cluster: &Cluster, x: &mut Execution) {
+        self.refreshed = true;
+        db.refresh_slots(cluster, self.seen, x);
+        self.seen = cluster.generation();
+        self.topology = db.topology();
     }
 }
 

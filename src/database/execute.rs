@@ -1,15 +1,20 @@
-//! One command along the execution plan: attempts, retries, roles
-//! learnt on the way, and where the connection goes afterwards.
+//! One command, top to bottom ([`Database::execute`]): checked, found in
+//! the command model, admitted by the task's session, looked up in the
+//! near cache (`near.rs`), run on the connection the task keeps
+//! (`pinned.rs`), on the cluster (`cluster.rs`) or on the standalone
+//! servers (`standalone.rs`, `plan.rs`), each attempt sent over a lease
+//! (`send.rs`) and followed by its verdict (`verdict.rs`); then settled
+//! (counted, its connection kept or released) and the near cache filled.
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lease::{Lease, TaskConnection};
+use super::near::Served;
 use super::verdict::{Attempt, Mode, Verdict};
 use super::{within, Database, Note};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
 use crate::error::{Error, Result};
-use crate::near_cache::Pledge;
 use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::server::Server;
@@ -32,25 +37,14 @@ pub(super) struct Execution<'x> {
     pub(super) task: &'x mut TaskConnection,
     /// Routing and connection decisions for `debug=true`, and warnings.
     pub(super) debug: &'x mut dyn FnMut(Note),
-    /// [ext] A near-cache fill waits for this reply: [`Database::settle`]
-    /// notes what it needs (`near.rs`).
-    pub(super) served: Option<Served>,
+    /// [ext] A near-cache fill waits for the reply: [`Database::settle`]
+    /// learns where it was read, on its lease (`near.rs`).
+    pub(super) fills: bool,
 }
 
-/// [ext] What a near-cache fill learnt of the reply it waits for, on the
-/// read's lease (`near.rs`: `Database::near_served`).
-#[derive(Default)]
-pub(super) struct Served {
-    /// The promise of the server that gave it, as it held when it came
-    /// (`None`: it did not, or the connection reached another server).
-    pub(super) pledge: Option<Pledge>,
-    pub(super) master: bool,
-    /// Cluster: the slot of the command's keys.
-    pub(super) slot: Option<u16>,
-    /// When the first of its keys (or fields) expires; `None`: unknown,
-    /// so not kept.
-    pub(super) expires: Option<Option<Instant>>,
-}
+/// A command's reply, and [ext] where it was read when a near-cache fill
+/// waits for it (`None`: no fill, or none may keep it).
+pub(super) type Replied = (Reply, Option<Served>);
 
 impl Execution<'_> {
     /// The timeout of one request, ending by the deadline.
@@ -101,16 +95,16 @@ impl Database {
             deadline,
             task,
             debug,
-            served: None,
+            fills: false,
         };
         // [ext] A reply the near cache keeps is served with no round trip.
         let fill = match self.near_lookup(x) {
             ControlFlow::Break(reply) => return Ok(reply),
             ControlFlow::Continue(fill) => fill,
         };
-        let result = self.run(x);
-        self.near_after(x, fill, &result, in_multi);
-        result
+        x.fills = fill.is_some();
+        let replied = self.run(x);
+        self.near_after(x, fill, replied, in_multi)
     }
 
     /// The command's request timeout, retries and deadline, once its size
@@ -179,7 +173,7 @@ impl Database {
 
     /// On the connection the task keeps, else on the cluster or the
     /// standalone servers.
-    fn run(&self, x: &mut Execution) -> Result<Reply> {
+    fn run(&self, x: &mut Execution) -> Result<Replied> {
         if let Some(pinned) = x.task.pinned.take() {
             self.execute_pinned(x, pinned)
         } else if let Some(cluster) = &self.cluster {
@@ -223,15 +217,18 @@ impl Database {
 
     /// Counts a reply and decides where its connection goes: kept by the
     /// task while what it left there matters, closed after `QUIT`, else
-    /// released.
+    /// released. [ext] A near-cache fill learns first where it was read.
     pub(super) fn settle(
         &self,
         x: &mut Execution,
         reply: Reply,
         mut lease: Lease<'_>,
         server: &Arc<Server>,
-    ) -> Reply {
-        self.near_served(x, &reply, &mut lease, server);
+    ) -> Replied {
+        let served = match x.fills {
+            true => self.near_served(x, &reply, &mut lease, server),
+            false => None,
+        };
         let (effect, task) = (x.effect, &mut *x.task);
         // As in the C VMOD: `total` counts sends that got a reply (here
         // the last; a redirection or a retried `TRYAGAIN` / `LOADING` was
@@ -260,6 +257,6 @@ impl Database {
         } else if task.session.owns_state() {
             task.pinned = lease.pin(server.clone(), &self.stats);
         }
-        reply
+        (reply, served)
     }
 }

@@ -18,15 +18,28 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::execute::{Execution, Served};
+use super::execute::{Execution, Replied};
 use super::lease::Lease;
 use super::{Database, Note};
 use crate::config::Role;
-use crate::error::{Retry, ServerError};
-use crate::near_cache::{hash_read, Fill, Filled, HashRead, Lookup, NearCache, Unpledged};
+use crate::error::{Result, Retry, ServerError};
+use crate::near_cache::{hash_read, Fill, Filled, HashRead, Lookup, NearCache, Pledge, Unpledged};
 use crate::protocol::{Command, Reply};
 use crate::server::Server;
 use crate::stats::Counter;
+
+/// What a near-cache fill learnt of the reply it waits for, on the read's
+/// lease, before the lease went back ([`Database::near_served`]).
+pub(super) struct Served {
+    /// The promise of the server that gave it, as it held when it came.
+    pledge: Pledge,
+    master: bool,
+    /// Cluster: the slot of the command's keys.
+    slot: Option<u16>,
+    /// When the first of its keys (or fields) expires (`None`: never);
+    /// unknown: no `Served`, nothing kept.
+    expires: Option<Instant>,
+}
 
 impl Database {
     /// The near cache for this command: never for a task that owns state
@@ -51,40 +64,32 @@ impl Database {
         match cache.lookup(&keys, x.command.body(), x.master) {
             Lookup::Hit(reply) => ControlFlow::Break(reply),
             Lookup::Miss(None) => ControlFlow::Continue(None),
-            Lookup::Miss(Some(fill)) => {
-                x.served = Some(Served::default());
-                ControlFlow::Continue(Some((cache, fill)))
-            }
+            Lookup::Miss(Some(fill)) => ControlFlow::Continue(Some((cache, fill))),
         }
     }
 
     /// The command is over: its fill completes (kept if the reply may
-    /// be), or what it may have written is forgotten. `in_multi`: the
-    /// task was in a transaction when it began.
+    /// be, read where `Served` says), or what it may have written is
+    /// forgotten. `in_multi`: the task was in a transaction when it began.
     pub(super) fn near_after(
         &self,
         x: &mut Execution,
         fill: Option<(&Arc<NearCache>, Fill)>,
-        result: &crate::error::Result<Reply>,
+        replied: Result<Replied>,
         in_multi: bool,
-    ) {
+    ) -> Result<Reply> {
+        let (reply, served) = match replied {
+            Ok((reply, served)) => (Ok(reply), served),
+            Err(err) => (Err(err), None),
+        };
         if let Some((cache, fill)) = fill {
-            let served = x.served.take().unwrap_or_default();
-            let filled = match (result, served) {
-                (
-                    Ok(reply),
-                    Served {
-                        pledge: Some(pledge),
-                        master,
-                        slot,
-                        expires: Some(expires),
-                    },
-                ) if !matches!(reply, Reply::Error(_)) => Some(Filled {
+            let filled = match (&reply, served) {
+                (Ok(reply), Some(served)) if !matches!(reply, Reply::Error(_)) => Some(Filled {
                     reply,
-                    from_master: master,
-                    expires,
-                    pledge,
-                    slot,
+                    from_master: served.master,
+                    expires: served.expires,
+                    pledge: served.pledge,
+                    slot: served.slot,
                 }),
                 _ => None,
             };
@@ -102,20 +107,21 @@ impl Database {
             };
             cache.forget_written(x.found.written_keys(x.command), queued, ended);
         }
+        reply
     }
 
     /// A fill waits for `reply`, which came on `lease` from `server`: the
     /// server's pledge, and (if it holds) the expiry of what was read,
-    /// asked on the same lease.
+    /// asked on the same lease. `None`: not to be kept.
     pub(super) fn near_served(
         &self,
         x: &mut Execution,
         reply: &Reply,
         lease: &mut Lease<'_>,
         server: &Arc<Server>,
-    ) {
-        if x.served.is_none() || matches!(reply, Reply::Error(_)) {
-            return;
+    ) -> Option<Served> {
+        if matches!(reply, Reply::Error(_)) {
+            return None;
         }
         let slot = match self.cluster {
             Some(_) => x.found.slot(x.command).ok().flatten(),
@@ -139,7 +145,7 @@ impl Database {
             }
         }
         let Ok(mut pledge) = pledge else {
-            return;
+            return None;
         };
         // A cluster replica's reply: its slot's master must vouch too (it
         // alone tells a migration of the slot), as it holds now.
@@ -154,9 +160,9 @@ impl Database {
                 Some(master) if Arc::ptr_eq(master, server) => {}
                 Some(master) => match master.promise.oversight(slot, Instant::now()) {
                     Some(overseer) => pledge = pledge.overseen_by(overseer),
-                    None => return,
+                    None => return None,
                 },
-                None => return,
+                None => return None,
             }
         }
         let fields = pledge.field_expiry();
@@ -164,13 +170,13 @@ impl Database {
             .expiry_on(x, lease, server, fields)
             // Still the server that read: a multiplexed lease may have
             // gone to a new connection meanwhile.
-            .filter(|_| lease.identity() == identity);
-        x.served = Some(Served {
-            pledge: Some(pledge),
+            .filter(|_| lease.identity() == identity)?;
+        Some(Served {
+            pledge,
             master: server.role() == Role::Master,
             slot,
             expires,
-        });
+        })
     }
 
     /// When the first of the command's keys expires (their `PTTL`s), and

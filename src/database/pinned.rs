@@ -3,19 +3,18 @@
 //! there, with no plan and no retry: another connection would run it
 //! outside the task's transaction (or without the state it set), so a
 //! failure closes the connection and loses them (`verdict.rs`).
-use super::execute::Execution;
+use super::execute::{Execution, Replied};
 use super::lease::Pinned;
 use super::verdict::{decide, Answer, Mode};
 use super::{Database, Note};
 use crate::commands::Effect;
 use crate::error::{Error, Result};
-use crate::protocol::Reply;
 use crate::server::Server;
 use crate::stats::Counter;
 
 impl Database {
     /// Runs the command of `x` on the connection `pinned` of its task.
-    pub(super) fn execute_pinned(&self, x: &mut Execution, pinned: Pinned) -> Result<Reply> {
+    pub(super) fn execute_pinned(&self, x: &mut Execution, pinned: Pinned) -> Result<Replied> {
         let server = pinned.server.clone();
         if self.config.debug {
             let text = format!(

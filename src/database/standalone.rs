@@ -4,7 +4,7 @@
 //! each attempt (`verdict.rs`).
 use std::time::Instant;
 
-use super::execute::Execution;
+use super::execute::{Execution, Replied};
 use super::hold::Waited;
 use super::lease::Lease;
 use super::plan::Plan;
@@ -32,7 +32,7 @@ enum Outcome<'a> {
 impl Database {
     /// Along the execution plan of the (standalone) servers (`plan.rs`),
     /// carrying out the verdict on each attempt (`verdict.rs`).
-    pub(super) fn execute_standalone(&self, x: &mut Execution) -> Result<Reply> {
+    pub(super) fn execute_standalone(&self, x: &mut Execution) -> Result<Replied> {
         if x.master && self.hold.is_on() {
             self.wait_for_failover(x)?;
         }
