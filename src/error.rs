@@ -62,9 +62,9 @@ impl From<PoolError<Error>> for Error {
 
 /// What a server's error reply means for the command that got it, read
 /// once from the reply's first word (`MOVED 3999 127.0.0.1:6381`,
-/// `NOSCRIPT No matching script`...). The loops that run a command
-/// (`src/database/execute.rs`, `src/database/cluster.rs`) decide by it
-/// and its [`retry`](ServerError::retry) rule, never by the text.
+/// `NOSCRIPT No matching script`...). The retry decision
+/// (`src/database/verdict.rs`) goes by it and its
+/// [`retry`](ServerError::retry) rule, never by the text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ServerError {
     /// Cluster: the slot lives on another node now.

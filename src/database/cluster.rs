@@ -1,7 +1,8 @@
 //! One command on a cluster database: routed by the slot of its key,
 //! following `MOVED` and `ASK` redirections (at most `max_cluster_hops`),
 //! retried on failures and on `TRYAGAIN` / `CLUSTERDOWN` replies up to the
-//! retry count. The standalone path (`execute.rs`) never comes here.
+//! retry count, as the verdict on each attempt says (`verdict.rs`). The
+//! standalone path (`standalone.rs`) never comes here.
 use std::sync::Arc;
 use std::time::Instant;
 
