@@ -5,7 +5,6 @@ use super::*;
 
 const SERVER: &str = "127.0.0.1:6379";
 const TIMEOUT: &str = "timeout after 100 ms waiting for 127.0.0.1:6379";
-const TOTAL_RETRIED: &[Counter] = REPLIED_RETRIED;
 
 /// The mode of a row.
 #[derive(Clone, Copy)]
@@ -23,19 +22,14 @@ enum M {
     },
 }
 
+const PINNED: M = M::Pinned;
 const ANY: M = M::Standalone { master_only: false };
 const MASTER: M = M::Standalone { master_only: true };
-const CLUSTER: M = M::Cluster {
-    multi: false,
-    hops: 0,
-    refreshed: false,
-    agrees: true,
-};
 const MAX_HOPS: u32 = 3;
 
-fn cluster(change: impl FnOnce(&mut bool, &mut u32, &mut bool, &mut bool)) -> M {
-    let (mut multi, mut hops, mut refreshed, mut agrees) = (false, 0, false, true);
-    change(&mut multi, &mut hops, &mut refreshed, &mut agrees);
+/// A cluster command: `multi` (a MULTI held), redirections followed,
+/// the map read again already, what the map says of a redirection.
+const fn cluster(multi: bool, hops: u32, refreshed: bool, agrees: bool) -> M {
     M::Cluster {
         multi,
         hops,
@@ -43,6 +37,10 @@ fn cluster(change: impl FnOnce(&mut bool, &mut u32, &mut bool, &mut bool)) -> M 
         agrees,
     }
 }
+const CLUSTER: M = cluster(false, 0, false, true);
+const IN_MULTI: M = cluster(true, 0, false, true);
+const REFRESHED: M = cluster(false, 0, true, true);
+const DISAGREES: M = cluster(false, 0, false, false);
 
 /// The answer of a row.
 #[derive(Clone, Copy)]
@@ -55,6 +53,17 @@ enum A {
     Failed,
     MultiRefused,
 }
+
+const OK: A = A::Ok;
+const LOADING: A = A::Err("LOADING Redis is loading the dataset in memory");
+const TRYAGAIN: A = A::Err("TRYAGAIN Multiple keys request during rehashing of slot");
+const CLUSTERDOWN: A = A::Err("CLUSTERDOWN The cluster is down");
+const READONLY: A = A::Err("READONLY You can't write against a read only replica.");
+const MASTERDOWN: A = A::Err("MASTERDOWN Link with MASTER is down");
+const MOVED_TEXT: &str = "MOVED 3999 127.0.0.1:6381";
+const MOVED_TO: A = A::Err(MOVED_TEXT);
+const ASK_TO: A = A::Err("ASK 3999 127.0.0.1:6381");
+const NO_REPLY: A = A::Failed;
 
 /// Retries used and allowed.
 const FRESH: (u32, u32) = (0, 2);
@@ -91,470 +100,115 @@ fn note(v: Verdict, text: &str) -> Verdict {
 fn at(location: &str) -> crate::cluster::Node {
     Ok(location.parse().unwrap())
 }
-fn moved(to: &str) -> Next {
-    Next::Follow(Redirection::Moved {
-        slot: 3999,
-        to: at(to),
-    })
-}
 
 /// `(what, mode, answer, (retries used, allowed), runs a script, verdict)`.
 type Row = (&'static str, M, A, (u32, u32), bool, Verdict);
 
+/// The text of an error answer.
+fn text(answer: A) -> &'static str {
+    match answer {
+        A::Err(text) => text,
+        _ => "",
+    }
+}
+/// The debug line of a retried failure.
+fn attempt_failed(n: u32, then: &str) -> String {
+    format!("attempt {n} failed ({TIMEOUT}); retrying{then}")
+}
+const ON_NEXT: &str = " on the next candidate";
+/// The debug line of a reply retried elsewhere (`then`: ` on the next
+/// candidate`) or on the same node (``).
+fn replied(answer: A, then: &str) -> String {
+    format!("{SERVER} replied {}; retrying{then}", text(answer))
+}
+fn moved() -> Next {
+    Next::Follow(Redirection::Moved {
+        slot: 3999,
+        to: at("127.0.0.1:6381"),
+    })
+}
+fn too_many() -> Next {
+    Next::TooManyRedirections {
+        last: MOVED_TEXT.into(),
+    }
+}
+
+#[rustfmt::skip]
 fn table() -> Vec<Row> {
-    let loading = "LOADING Redis is loading the dataset in memory";
-    let tryagain = "TRYAGAIN Multiple keys request during rehashing of slot";
-    let clusterdown = "CLUSTERDOWN The cluster is down";
-    let readonly = "READONLY You can't write against a read only replica.";
-    let masterdown = "MASTERDOWN Link with MASTER is down";
-    let moved_text = "MOVED 3999 127.0.0.1:6381";
-    let next_candidate =
-        |text: &str| format!("{SERVER} replied {text}; retrying on the next candidate");
+    use Next::{PassOver, Reroute, SameServer};
+    let readonly_next = format!("{SERVER} replied READONLY; sending to the master found next");
+    let skipping = format!("skipping {SERVER}: ROLE says it is a replica, a master is needed");
+    let ask = Next::Follow(Redirection::Ask { slot: 3999, to: at("127.0.0.1:6381") });
     vec![
+        // what                                     mode    answer   retries script verdict
         // A connection the task keeps: never retried.
-        ("pinned: reply", M::Pinned, A::Ok, FRESH, false, done()),
-        (
-            "pinned: LOADING is the reply",
-            M::Pinned,
-            A::Err(loading),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "pinned: READONLY asks no role",
-            M::Pinned,
-            A::Err(readonly),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "pinned: a failure closes it",
-            M::Pinned,
-            A::Failed,
-            FRESH,
-            false,
-            retire(give_up()),
-        ),
+        ("pinned: reply",                           PINNED, OK,      FRESH, false, done()),
+        ("pinned: LOADING is the reply",            PINNED, LOADING, FRESH, false, done()),
+        ("pinned: READONLY asks no role",           PINNED, READONLY, FRESH, false, done()),
+        ("pinned: a failure closes it",             PINNED, NO_REPLY, FRESH, false, retire(give_up())),
         // Standalone.
-        ("reply", ANY, A::Ok, FRESH, false, done()),
-        (
-            "an error reply",
-            ANY,
-            A::Err("ERR syntax error"),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "BUSY is the reply",
-            ANY,
-            A::Err("BUSY Redis is busy"),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "NOSCRIPT (after EVAL) is the reply",
-            ANY,
-            A::Err("NOSCRIPT No matching script"),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "NOPERM is the reply",
-            ANY,
-            A::Err("NOPERM no permissions"),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "MOVED is the reply",
-            ANY,
-            A::Err(moved_text),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "a failure: the next candidate",
-            ANY,
-            A::Failed,
-            FRESH,
-            false,
-            note(
-                to(Next::Reroute, FAILED_RETRIED),
-                &format!("attempt 1 failed ({TIMEOUT}); retrying on the next candidate"),
-            ),
-        ),
-        (
-            "a failure: numbered by the retries used",
-            ANY,
-            A::Failed,
-            (1, 2),
-            false,
-            note(
-                to(Next::Reroute, FAILED_RETRIED),
-                &format!("attempt 2 failed ({TIMEOUT}); retrying on the next candidate"),
-            ),
-        ),
-        (
-            "a failure, no retry left",
-            ANY,
-            A::Failed,
-            SPENT,
-            false,
-            give_up(),
-        ),
-        (
-            "a failure, no retries",
-            ANY,
-            A::Failed,
-            NONE,
-            false,
-            give_up(),
-        ),
-        (
-            "LOADING: the next candidate",
-            ANY,
-            A::Err(loading),
-            FRESH,
-            false,
-            note(to(Next::Reroute, TOTAL_RETRIED), &next_candidate(loading)),
-        ),
-        (
-            "TRYAGAIN: the next candidate",
-            ANY,
-            A::Err(tryagain),
-            FRESH,
-            false,
-            note(to(Next::Reroute, TOTAL_RETRIED), &next_candidate(tryagain)),
-        ),
-        (
-            "CLUSTERDOWN: the next candidate",
-            ANY,
-            A::Err(clusterdown),
-            FRESH,
-            false,
-            note(
-                to(Next::Reroute, TOTAL_RETRIED),
-                &next_candidate(clusterdown),
-            ),
-        ),
-        (
-            "LOADING, no retry left",
-            ANY,
-            A::Err(loading),
-            SPENT,
-            false,
-            done(),
-        ),
-        (
-            "LOADING to a script may be its own",
-            ANY,
-            A::Err(loading),
-            FRESH,
-            true,
-            done(),
-        ),
-        (
-            "TRYAGAIN to a script is the server's",
-            ANY,
-            A::Err(tryagain),
-            FRESH,
-            true,
-            note(to(Next::Reroute, TOTAL_RETRIED), &next_candidate(tryagain)),
-        ),
-        (
-            "READONLY to a master command: the master found next",
-            MASTER,
-            A::Err(readonly),
-            FRESH,
-            false,
-            roles(note(
-                to(Next::PassOver, TOTAL_RETRIED),
-                &format!("{SERVER} replied READONLY; sending to the master found next"),
-            )),
-        ),
-        (
-            "READONLY to a read: the reply",
-            ANY,
-            A::Err(readonly),
-            FRESH,
-            false,
-            roles(done()),
-        ),
-        (
-            "READONLY, no retry left",
-            MASTER,
-            A::Err(readonly),
-            SPENT,
-            false,
-            roles(done()),
-        ),
-        (
-            "READONLY to a script may be its own",
-            MASTER,
-            A::Err(readonly),
-            FRESH,
-            true,
-            roles(done()),
-        ),
-        (
-            "MASTERDOWN is the reply",
-            MASTER,
-            A::Err(masterdown),
-            FRESH,
-            false,
-            roles(done()),
-        ),
-        (
-            "ROLE says replica: passed over, no retry used",
-            MASTER,
-            A::NotAMaster,
-            SPENT,
-            false,
-            note(
-                to(Next::PassOver, &[]),
-                &format!("skipping {SERVER}: ROLE says it is a replica, a master is needed"),
-            ),
-        ),
+        ("reply",                                   ANY, OK,         FRESH, false, done()),
+        ("an error reply",                          ANY, A::Err("ERR syntax error"), FRESH, false, done()),
+        ("BUSY is the reply",                       ANY, A::Err("BUSY Redis is busy"), FRESH, false, done()),
+        ("NOSCRIPT (after EVAL) is the reply",      ANY, A::Err("NOSCRIPT No matching script"), FRESH, false, done()),
+        ("NOPERM is the reply",                     ANY, A::Err("NOPERM no permissions"), FRESH, false, done()),
+        ("MOVED is the reply",                      ANY, MOVED_TO,   FRESH, false, done()),
+        ("a failure: the next candidate",           ANY, NO_REPLY,    FRESH, false, note(to(Reroute, FAILED_RETRIED), &attempt_failed(1, ON_NEXT))),
+        ("a failure: numbered by retries used",     ANY, NO_REPLY,    (1, 2), false, note(to(Reroute, FAILED_RETRIED), &attempt_failed(2, ON_NEXT))),
+        ("a failure, no retry left",                ANY, NO_REPLY,    SPENT, false, give_up()),
+        ("a failure, no retries",                   ANY, NO_REPLY,    NONE,  false, give_up()),
+        ("LOADING: the next candidate",             ANY, LOADING,    FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(LOADING, ON_NEXT))),
+        ("TRYAGAIN: the next candidate",            ANY, TRYAGAIN,   FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
+        ("CLUSTERDOWN: the next candidate",         ANY, CLUSTERDOWN, FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(CLUSTERDOWN, ON_NEXT))),
+        ("LOADING, no retry left",                  ANY, LOADING,    SPENT, false, done()),
+        ("LOADING to a script may be its own",      ANY, LOADING,    FRESH, true,  done()),
+        ("TRYAGAIN to a script is the server's",    ANY, TRYAGAIN,   FRESH, true,  note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
+        ("READONLY to a master command: the master found next",
+                                                    MASTER, READONLY, FRESH, false, roles(note(to(PassOver, REPLIED_RETRIED), &readonly_next))),
+        ("READONLY to a read: the reply",           ANY, READONLY,   FRESH, false, roles(done())),
+        ("READONLY, no retry left",                 MASTER, READONLY, SPENT, false, roles(done())),
+        ("READONLY to a script may be its own",     MASTER, READONLY, FRESH, true,  roles(done())),
+        ("MASTERDOWN is the reply",                 MASTER, MASTERDOWN, FRESH, false, roles(done())),
+        ("ROLE says replica: passed over, no retry used",
+                                                    MASTER, A::NotAMaster, SPENT, false, note(to(PassOver, &[]), &skipping)),
         // Cluster.
-        ("cluster: reply", CLUSTER, A::Ok, FRESH, false, done()),
-        (
-            "cluster: a failure, routed again on a map read again",
-            CLUSTER,
-            A::Failed,
-            FRESH,
-            false,
-            refresh(note(
-                to(Next::Reroute, FAILED_RETRIED),
-                &format!("attempt 1 failed ({TIMEOUT}); retrying"),
-            )),
-        ),
-        (
-            "cluster: a failure, the map read already",
-            cluster(|_, _, refreshed, _| *refreshed = true),
-            A::Failed,
-            FRESH,
-            false,
-            note(
-                to(Next::Reroute, FAILED_RETRIED),
-                &format!("attempt 1 failed ({TIMEOUT}); retrying"),
-            ),
-        ),
-        (
-            "cluster: a failure, no retry left: the map for the next commands",
-            CLUSTER,
-            A::Failed,
-            SPENT,
-            false,
-            refresh(give_up()),
-        ),
-        (
-            "cluster: a failure, no retry left, the map read already",
-            cluster(|_, _, r, _| *r = true),
-            A::Failed,
-            SPENT,
-            false,
-            give_up(),
-        ),
-        (
-            "cluster: a refused MULTI",
-            CLUSTER,
-            A::MultiRefused,
-            FRESH,
-            false,
-            give_up(),
-        ),
-        (
-            "cluster: MOVED where the map says",
-            CLUSTER,
-            A::Err(moved_text),
-            FRESH,
-            false,
-            to(moved("127.0.0.1:6381"), MOVED),
-        ),
-        (
-            "cluster: MOVED the map does not agree with",
-            cluster(|_, _, _, agrees| *agrees = false),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            refresh(to(moved("127.0.0.1:6381"), MOVED)),
-        ),
-        (
-            "cluster: MOVED, the map read already",
-            cluster(|_, _, refreshed, agrees| (*refreshed, *agrees) = (true, false)),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            to(moved("127.0.0.1:6381"), MOVED),
-        ),
-        (
-            "cluster: MOVED uses no retry",
-            CLUSTER,
-            A::Err(moved_text),
-            NONE,
-            false,
-            to(moved("127.0.0.1:6381"), MOVED),
-        ),
-        (
-            "cluster: MOVED without a host: the replier's",
-            CLUSTER,
-            A::Err("MOVED 3999 :6381"),
-            FRESH,
-            false,
-            to(moved("127.0.0.1:6381"), MOVED),
-        ),
-        (
-            "cluster: ASK",
-            CLUSTER,
-            A::Err("ASK 3999 127.0.0.1:6381"),
-            FRESH,
-            false,
-            to(
-                Next::Follow(Redirection::Ask {
-                    slot: 3999,
-                    to: at("127.0.0.1:6381"),
-                }),
-                ASK,
-            ),
-        ),
-        (
-            "cluster: MOVED, a hop left",
-            cluster(|_, hops, _, _| *hops = MAX_HOPS - 1),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            to(moved("127.0.0.1:6381"), MOVED),
-        ),
-        (
-            "cluster: MOVED past the hop limit: counted, no map read",
-            cluster(|_, hops, _, agrees| (*hops, *agrees) = (MAX_HOPS, false)),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            to(
-                Next::TooManyRedirections {
-                    last: moved_text.into(),
-                },
-                MOVED,
-            ),
-        ),
-        (
-            "cluster: MOVED in a transaction closes its connection",
-            cluster(|multi, _, _, _| *multi = true),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            retire(to(moved("127.0.0.1:6381"), MOVED)),
-        ),
-        (
-            "cluster: past the hop limit in a transaction",
-            cluster(|multi, hops, _, _| (*multi, *hops) = (true, MAX_HOPS)),
-            A::Err(moved_text),
-            FRESH,
-            false,
-            retire(to(
-                Next::TooManyRedirections {
-                    last: moved_text.into(),
-                },
-                MOVED,
-            )),
-        ),
-        (
-            "cluster: a MOVED not understood is the reply",
-            CLUSTER,
-            A::Err("MOVED x"),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "cluster: TRYAGAIN: the same node",
-            CLUSTER,
-            A::Err(tryagain),
-            FRESH,
-            false,
-            note(
-                to(Next::SameServer, TOTAL_RETRIED),
-                &format!("{SERVER} replied {tryagain}; retrying"),
-            ),
-        ),
-        (
-            "cluster: CLUSTERDOWN: the same node",
-            CLUSTER,
-            A::Err(clusterdown),
-            FRESH,
-            false,
-            note(
-                to(Next::SameServer, TOTAL_RETRIED),
-                &format!("{SERVER} replied {clusterdown}; retrying"),
-            ),
-        ),
-        (
-            "cluster: TRYAGAIN in a transaction closes its connection",
-            cluster(|multi, _, _, _| *multi = true),
-            A::Err(tryagain),
-            FRESH,
-            false,
-            retire(note(
-                to(Next::SameServer, TOTAL_RETRIED),
-                &format!("{SERVER} replied {tryagain}; retrying"),
-            )),
-        ),
-        (
-            "cluster: TRYAGAIN, no retry left",
-            CLUSTER,
-            A::Err(tryagain),
-            SPENT,
-            false,
-            done(),
-        ),
-        (
-            "cluster: TRYAGAIN, no retry left, in a transaction: kept",
-            cluster(|multi, _, _, _| *multi = true),
-            A::Err(tryagain),
-            SPENT,
-            false,
-            done(),
-        ),
-        (
-            "cluster: LOADING to a script may be its own",
-            CLUSTER,
-            A::Err(loading),
-            FRESH,
-            true,
-            done(),
-        ),
-        (
-            "cluster: LOADING to a script in a transaction: the reply, its connection closed",
-            cluster(|multi, _, _, _| *multi = true),
-            A::Err(loading),
-            FRESH,
-            true,
-            retire(done()),
-        ),
-        (
-            "cluster: READONLY is the reply, no role asked",
-            CLUSTER,
-            A::Err(readonly),
-            FRESH,
-            false,
-            done(),
-        ),
-        (
-            "cluster: MASTERDOWN is the reply",
-            CLUSTER,
-            A::Err(masterdown),
-            FRESH,
-            false,
-            done(),
-        ),
+        ("cluster: reply",                          CLUSTER, OK,      FRESH, false, done()),
+        ("cluster: a failure: routed again on a map read again",
+                                                    CLUSTER, NO_REPLY, FRESH, false, refresh(note(to(Reroute, FAILED_RETRIED), &attempt_failed(1, "")))),
+        ("cluster: a failure, the map read already", REFRESHED, NO_REPLY, FRESH, false, note(to(Reroute, FAILED_RETRIED), &attempt_failed(1, ""))),
+        ("cluster: a failure, no retry left: the map read for the next commands",
+                                                    CLUSTER, NO_REPLY, SPENT, false, refresh(give_up())),
+        ("cluster: the same, the map read already", REFRESHED, NO_REPLY, SPENT, false, give_up()),
+        ("cluster: a refused MULTI",                CLUSTER, A::MultiRefused, FRESH, false, give_up()),
+        ("cluster: MOVED where the map says",       CLUSTER, MOVED_TO, FRESH, false, to(moved(), MOVED)),
+        ("cluster: MOVED the map does not agree with", DISAGREES, MOVED_TO, FRESH, false, refresh(to(moved(), MOVED))),
+        ("cluster: MOVED, the map read already",    cluster(false, 0, true, false), MOVED_TO, FRESH, false, to(moved(), MOVED)),
+        ("cluster: MOVED uses no retry",            CLUSTER, MOVED_TO, NONE,  false, to(moved(), MOVED)),
+        ("cluster: MOVED without a host: the replier's",
+                                                    CLUSTER, A::Err("MOVED 3999 :6381"), FRESH, false, to(moved(), MOVED)),
+        ("cluster: ASK",                            CLUSTER, ASK_TO,   FRESH, false, to(ask, ASK)),
+        ("cluster: MOVED, a hop left",              cluster(false, MAX_HOPS - 1, false, true), MOVED_TO, FRESH, false, to(moved(), MOVED)),
+        ("cluster: MOVED past the hop limit: counted, no map read",
+                                                    cluster(false, MAX_HOPS, false, false), MOVED_TO, FRESH, false, to(too_many(), MOVED)),
+        ("cluster: MOVED in a transaction closes its connection",
+                                                    IN_MULTI, MOVED_TO, FRESH, false, retire(to(moved(), MOVED))),
+        ("cluster: past the hop limit in a transaction",
+                                                    cluster(true, MAX_HOPS, false, true), MOVED_TO, FRESH, false, retire(to(too_many(), MOVED))),
+        ("cluster: a MOVED not understood is the reply", CLUSTER, A::Err("MOVED x"), FRESH, false, done()),
+        ("cluster: TRYAGAIN: the same node",        CLUSTER, TRYAGAIN, FRESH, false, note(to(SameServer, REPLIED_RETRIED), &replied(TRYAGAIN, ""))),
+        ("cluster: CLUSTERDOWN: the same node",     CLUSTER, CLUSTERDOWN, FRESH, false, note(to(SameServer, REPLIED_RETRIED), &replied(CLUSTERDOWN, ""))),
+        ("cluster: TRYAGAIN in a transaction closes its connection",
+                                                    IN_MULTI, TRYAGAIN, FRESH, false, retire(note(to(SameServer, REPLIED_RETRIED), &replied(TRYAGAIN, "")))),
+        ("cluster: TRYAGAIN, no retry left",        CLUSTER, TRYAGAIN, SPENT, false, done()),
+        ("cluster: the same in a transaction: its connection kept",
+                                                    IN_MULTI, TRYAGAIN, SPENT, false, done()),
+        ("cluster: LOADING to a script may be its own",
+                                                    CLUSTER, LOADING,  FRESH, true,  done()),
+        ("cluster: the same in a transaction: the reply, its connection closed",
+                                                    IN_MULTI, LOADING, FRESH, true,  retire(done())),
+        ("cluster: READONLY is the reply, no role asked",
+                                                    CLUSTER, READONLY, FRESH, false, done()),
+        ("cluster: MASTERDOWN is the reply",        CLUSTER, MASTERDOWN, FRESH, false, done()),
     ]
 }
 
