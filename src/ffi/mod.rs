@@ -27,10 +27,11 @@ mod bindings {
 }
 pub(crate) mod ctx;
 mod exports;
+pub(crate) mod log;
 pub(crate) mod vsc;
 
 use bindings::vrt_ctx;
-use ctx::{log_global, Ctx, LogTag};
+use ctx::Ctx;
 
 /// The symbol varnishd looks up with dlsym; filled from the vmodtool
 /// struct by the constructor in glue.c (see build.rs).
@@ -61,8 +62,7 @@ fn pin_module() {
             .is_null()
     };
     if !pinned {
-        log_global(
-            LogTag::Error,
+        log::outside_tasks().error(
             "[REDIS] could not keep the VMOD in memory: discarding the last VCL that uses it while a name lookup runs may crash the child",
         );
     }

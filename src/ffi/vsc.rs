@@ -7,7 +7,8 @@ use std::ptr;
 use std::sync::atomic::AtomicU64;
 
 use super::bindings;
-use super::ctx::{c_text, Ctx};
+use super::ctx::Ctx;
+use super::log::c_text;
 use crate::stats::{Counter, CounterMemory};
 
 // The generated struct is one uint64_t per counter, in Counter::ALL order
