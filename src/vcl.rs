@@ -3,7 +3,6 @@
 //! (`VCL_Error`, `[REDIS]` prefix) and leave the reply slot empty;
 //! configuration errors fail `vcl.load`.
 use std::cell::RefCell;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -76,7 +75,7 @@ fn log_note(ctx: &Ctx, db_name: &str, note: Note) {
 }
 
 fn reply_slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a ReplySlotCell> {
-    let slot = ctx.task_slot::<ReplySlotCell>(Arc::as_ptr(db).cast::<c_void>());
+    let slot = ctx.task_slot::<ReplySlotCell, Database>(db);
     if slot.is_none() {
         log_error(
             ctx,
@@ -324,27 +323,29 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     }
 }
 
+/// The arguments of `.easy_execute()` as VCL gave them.
+pub struct EasyExecute<'a> {
+    pub command: &'a [u8],
+    /// `cmd_arg1` to `cmd_arg16`, each pushed if given.
+    pub pushed: [Option<&'a [u8]>; 16],
+    pub timeout_ms: Option<i64>,
+    pub max_retries: Option<i64>,
+    pub master: bool,
+}
+
 /// `.easy_execute()`: command, pushes, overrides and execute in one call.
-pub fn easy_execute(
-    ctx: &Ctx,
-    db: &Arc<Database>,
-    name: &[u8],
-    args: &[&[u8]],
-    timeout_ms: Option<i64>,
-    max_retries: Option<i64>,
-    master: bool,
-) {
-    command(ctx, db, name);
-    for arg in args {
+pub fn easy_execute(ctx: &Ctx, db: &Arc<Database>, call: &EasyExecute) {
+    command(ctx, db, call.command);
+    for arg in call.pushed.iter().flatten() {
         push(ctx, db, arg);
     }
-    if let Some(ms) = timeout_ms {
+    if let Some(ms) = call.timeout_ms {
         timeout(ctx, db, ms);
     }
-    if let Some(count) = max_retries {
+    if let Some(count) = call.max_retries {
         retries(ctx, db, count);
     }
-    execute(ctx, db, master);
+    execute(ctx, db, call.master);
 }
 
 /// `.free()`: the command and reply; a transaction in progress keeps its
@@ -444,8 +445,23 @@ pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) 
     }
 }
 
+/// The VCL events the module acts on.
+pub enum Event {
+    Warm,
+    Cold,
+    Discard,
+}
+
+pub fn event(vcl: &VclState, event: Event) {
+    match event {
+        Event::Warm => warm(vcl),
+        Event::Cold => cold(vcl),
+        Event::Discard => discard(vcl),
+    }
+}
+
 /// VCL warm: show the databases' counters in varnishstat.
-pub fn warm(vcl: &VclState) {
+fn warm(vcl: &VclState) {
     for db in vcl.databases.read().iter() {
         db.stats().set_visible(true);
     }
@@ -494,7 +510,7 @@ fn stop_sentinel(vcl: &VclState) {
 /// VCL cold: hide the counters, close idle connections. Discard: forget
 /// the databases (the objects' own `__fini` drops the rest, counters
 /// included).
-pub fn cold(vcl: &VclState) {
+fn cold(vcl: &VclState) {
     stop_sentinel(vcl);
     drop(vcl.trackers.lock().take());
     for db in vcl.databases.read().iter() {
@@ -503,7 +519,7 @@ pub fn cold(vcl: &VclState) {
     }
 }
 
-pub fn discard(vcl: &VclState) {
+fn discard(vcl: &VclState) {
     stop_sentinel(vcl);
     drop(vcl.trackers.lock().take());
     vcl.databases.write().clear();

@@ -3,7 +3,7 @@
 //! PRIV slots behind it.
 //! The VCL layer works on these; only `exports` sits above it.
 use std::any::Any;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
@@ -15,7 +15,7 @@ use crate::logger::Level;
 
 /// A borrowed `VRT_CTX`, valid for one call from varnishd.
 pub(crate) struct Ctx<'a> {
-    pub(super) raw: &'a vrt_ctx,
+    raw: &'a vrt_ctx,
 }
 
 impl<'a> Ctx<'a> {
@@ -126,12 +126,30 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The per-task value of type `T` stored under `key` (one per database
-    /// object), created on first use and freed at the end of the task.
-    pub(crate) fn task_slot<T: Any + Default>(&self, key: *const c_void) -> Option<&'a T> {
+    /// The per-task value of type `T` stored under the address of `key`
+    /// (one per database object), created on first use and freed at the
+    /// end of the task.
+    pub(crate) fn task_slot<T: Any + Default, K>(&self, key: &K) -> Option<&'a T> {
+        let key = ptr::from_ref(key).cast::<c_void>();
         // SAFETY: VRT_priv_task returns the task's slot for `key` (NULL
         // outside a task); slot_of only reads / initialises it.
         unsafe { slot_of(bindings::VRT_priv_task(self.raw, key)) }
+    }
+
+    /// The name of the VCL of the call (`None` outside one).
+    pub(crate) fn vcl_name(&self) -> Option<String> {
+        if self.raw.vcl.is_null() {
+            return None;
+        }
+        // SAFETY: vcl is the call's VCL, live for the call; VCL_Name
+        // returns its NUL-terminated name (or NULL).
+        let name = unsafe { bindings::VCL_Name(self.raw.vcl) };
+        if name.is_null() {
+            return None;
+        }
+        // SAFETY: not NULL, so NUL-terminated and valid for the call.
+        let name = unsafe { CStr::from_ptr(name) };
+        Some(name.to_string_lossy().into_owned())
     }
 }
 

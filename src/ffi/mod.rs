@@ -7,7 +7,7 @@
     unsafe_code,
     reason = "the one place that may: varnishd's C API takes and gives raw pointers"
 )]
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 #[allow(
@@ -25,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
+mod args;
 pub(crate) mod ctx;
 mod exports;
 pub(crate) mod log;
@@ -66,28 +67,6 @@ fn pin_module() {
             "[REDIS] could not keep the VMOD in memory: discarding the last VCL that uses it while a name lookup runs may crash the child",
         );
     }
-}
-
-/// A VCL STRING argument as bytes; NULL (an unset header) is "".
-///
-/// # Safety
-/// `ptr` is NULL or a NUL-terminated string valid for the call.
-unsafe fn arg_bytes<'a>(ptr: *const c_char) -> &'a [u8] {
-    if ptr.is_null() {
-        b""
-    } else {
-        // SAFETY: not NULL, so NUL-terminated and valid for the call.
-        unsafe { CStr::from_ptr(ptr) }.to_bytes()
-    }
-}
-
-/// A VCL STRING argument as text (lossy: invalid UTF-8 becomes U+FFFD).
-///
-/// # Safety
-/// As [`arg_bytes`].
-unsafe fn arg_str<'a>(ptr: *const c_char) -> std::borrow::Cow<'a, str> {
-    // SAFETY: the caller's contract is arg_bytes'.
-    String::from_utf8_lossy(unsafe { arg_bytes(ptr) })
 }
 
 /// Runs an entry point's body with a safe [`Ctx`]; a panic fails the task
