@@ -1,7 +1,8 @@
-//! The safe face of one call from varnishd: [`Ctx`] over `VRT_CTX` (VSL,
-//! `VRT_fail`, workspace copies, per-task slots, synthetic bodies), the
-//! PRIV slots behind it.
-//! The VCL layer works on these; only `exports` sits above it.
+//! The safe face of one call from varnishd: [`Ctx`] over `VRT_CTX` (the
+//! task's log, `VRT_fail`, workspace copies, per-task slots, synthetic
+//! bodies, the VCL's name), and the PRIV slots behind it. The raw context
+//! never leaves this file: the VCL layer and the varnishstat segment work
+//! on [`Ctx`]'s safe methods; only `exports` sits above it.
 use std::any::Any;
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,7 +36,8 @@ impl<'a> Ctx<'a> {
     /// Fails the task (503) or, in vcl_init, the `vcl.load`, with `msg`.
     pub(crate) fn fail(&self, msg: &str) {
         let msg = c_text(msg);
-        // SAFETY: as in log().
+        // SAFETY: "%s" with one NUL-terminated string; raw is the live
+        // VRT_CTX of the call.
         unsafe { bindings::VRT_fail(self.raw, c"%s".as_ptr(), msg.as_ptr()) }
     }
 

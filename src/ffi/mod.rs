@@ -1,8 +1,10 @@
 //! The only `unsafe` code of the VMOD: the C types bindgen generates from
 //! cache/cache.h and vcc_if.h, a safe [`Ctx`] over `VRT_CTX` and the PRIV
-//! slots ([`ctx`]), the varnishstat segments ([`vsc`]), and [`guard`],
-//! which every entry point in [`exports`] runs its body under so a panic
-//! becomes `VRT_fail` instead of aborting varnishd.
+//! slots ([`ctx`]), the VCL arguments made Rust values ([`args`]), the
+//! writer of every log line ([`log`]), the varnishstat segments ([`vsc`]),
+//! and [`guard`], which every entry point in [`exports`] runs its
+//! conversions and body under so a panic becomes `VRT_fail` instead of
+//! aborting varnishd.
 #![allow(
     unsafe_code,
     reason = "the one place that may: varnishd's C API takes and gives raw pointers"
