@@ -150,14 +150,14 @@ impl<'a> FromVcl<*mut arg_vmod_redis_db_easy_execute> for EasyExecute<'a> {
 }
 
 /// `redis.easy_execute(..., db)`: the database it names, and the call.
-pub(super) struct Proxied<'a> {
+pub(super) struct ProxiedEasyExecute<'a> {
     pub(super) vcl: &'a VclState,
     pub(super) task: Option<&'a TaskState>,
     pub(super) db: &'a [u8],
     pub(super) call: EasyExecute<'a>,
 }
 
-impl<'a> FromVcl<*mut arg_vmod_redis_easy_execute> for Proxied<'a> {
+impl<'a> FromVcl<*mut arg_vmod_redis_easy_execute> for ProxiedEasyExecute<'a> {
     unsafe fn from_vcl(arg: *mut arg_vmod_redis_easy_execute) -> Option<Self> {
         // SAFETY: NULL or vcc_if.h's struct, valid for the call.
         let args = unsafe { arg.as_ref() }?;
@@ -169,7 +169,7 @@ impl<'a> FromVcl<*mut arg_vmod_redis_easy_execute> for Proxied<'a> {
                 FromVcl::from_vcl(args.db)?,
             )
         };
-        Some(Proxied {
+        Some(ProxiedEasyExecute {
             vcl,
             task,
             db,

@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int};
 use std::ptr;
 use std::sync::Arc;
 
-use super::args::{FromVcl, Proxied};
+use super::args::{FromVcl, ProxiedEasyExecute};
 use super::bindings::{
     arg_vmod_redis_db_easy_execute, arg_vmod_redis_easy_execute, vcl_event_e, vmod_priv,
     vmod_redis_db, vrt_ctx, VCL_BLOB, VCL_BOOL, VCL_ENUM, VCL_INT, VCL_REAL, VCL_STRING,
@@ -332,7 +332,7 @@ export!(fn vmod_db_easy_execute(ctx,
 });
 
 export!(fn vmod_easy_execute(ctx,
-    args: *mut arg_vmod_redis_easy_execute => Proxied,
+    args: *mut arg_vmod_redis_easy_execute => ProxiedEasyExecute,
 ) {
     if let Some(db) = vcl::resolve(ctx, args.vcl, args.task, args.db) {
         vcl::easy_execute(ctx, &db, &args.call);
