@@ -2,8 +2,10 @@
 //!
 //! Layers, top to bottom:
 //! - [`ffi`]: the only code that may break Rust's safety rules. C types, the `vmod_*` entry points that
-//!   vmod.vcc declares, workspace copies, PRIV slots, VSL, panics.
+//!   vmod.vcc declares (each a declaration of its arguments, converted by `ffi::args::FromVcl`),
+//!   workspace copies, PRIV slots, VSL and the other log sinks, varnishstat segments, panics.
 //! - [`vcl`]: one safe function per vmod.vcc entry, on plain Rust types.
+//! - `logger`: the one log every layer writes to (`Log`, `Level`); `ffi::log` writes its lines.
 //! - Plain Rust, unit-tested without varnishd: [`config`], [`database`]
 //!   (execution along the plan, retries), `routing` (the execution plan),
 //!   `topology` (a database's servers as a snapshot), `cluster` (slots,
@@ -14,7 +16,7 @@
 //!   that listens).
 
 // The VMOD runs inside varnishd's child: what it has to say goes to VSL
-// (ffi::ctx), not to stdout or stderr. Tests and harnesses may print.
+// (logger::Log, ffi::log), not to stdout or stderr. Tests and harnesses may print.
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod cluster;

@@ -177,7 +177,7 @@ impl Tls {
     /// Where a server whose certificate does not name it is reported,
     /// once per server: set by the owner of the configuration (the first
     /// call only).
-    pub(crate) fn report_name_mismatches_to(&self, report: crate::logger::Logger) {
+    pub(crate) fn report_name_mismatches_to(&self, report: crate::logger::Log) {
         self.names.report_to(report);
     }
 

@@ -3,7 +3,6 @@
 //! (`VCL_Error`, `[REDIS]` prefix) and leave the reply slot empty;
 //! configuration errors fail `vcl.load`.
 use std::cell::RefCell;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -15,11 +14,13 @@ use crate::config::{
 use crate::connection::private::PrivateConnections;
 use crate::database::{Database, Note, StatsFormat, TaskConnection};
 use crate::error::Error;
-use crate::ffi::ctx::{log_global, Ctx, LogTag};
+use crate::ffi::ctx::Ctx;
+use crate::ffi::log::outside_tasks;
 use crate::ffi::vsc::counter_segment;
+use crate::logger::Level;
 use crate::near_cache::tracking::Trackers;
 use crate::protocol::{Command, Reply};
-use crate::sentinel::{Level, Monitor};
+use crate::sentinel::Monitor;
 use crate::stats::{PrometheusOptions, Stats};
 
 /// What one loaded VCL holds (PRIV_VCL): its databases by VCL name, for
@@ -61,19 +62,20 @@ type ReplySlotCell = RefCell<ReplySlot>;
 
 /// Logs a request-time error, naming the database.
 fn log_error(ctx: &Ctx, db: &Database, what: &str) {
-    ctx.log(LogTag::Error, &format!("[REDIS] db {}: {what}", db.name()));
+    ctx.log(Level::Error, &format!("[REDIS] db {}: {what}", db.name()));
 }
 
 /// Logs what a database reports (`debug=true` lines, warnings), naming it.
 fn log_note(ctx: &Ctx, db_name: &str, note: Note) {
-    match note {
-        Note::Debug(msg) => ctx.log(LogTag::Debug, &format!("[REDIS] db {db_name}: {msg}")),
-        Note::Warning(msg) => ctx.log(LogTag::Error, &format!("[REDIS] db {db_name}: {msg}")),
-    }
+    let (level, msg) = match note {
+        Note::Debug(msg) => (Level::Info, msg),
+        Note::Warning(msg) => (Level::Error, msg),
+    };
+    ctx.log(level, &format!("[REDIS] db {db_name}: {msg}"));
 }
 
 fn reply_slot<'a>(ctx: &Ctx<'a>, db: &Arc<Database>) -> Option<&'a ReplySlotCell> {
-    let slot = ctx.task_slot::<ReplySlotCell>(Arc::as_ptr(db).cast::<c_void>());
+    let slot = ctx.task_slot::<ReplySlotCell, Database>(db);
     if slot.is_none() {
         log_error(
             ctx,
@@ -99,7 +101,6 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
         .and_then(|config| {
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             let mut note = |note: Note| log_note(ctx, name, note);
-            let log: crate::logger::Logger = Arc::new(|msg: &str| log_global(LogTag::Error, msg));
             Database::with_stats(
                 name,
                 config,
@@ -107,7 +108,7 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
                 preference,
                 &vcl.private,
                 &mut note,
-                &log,
+                &outside_tasks(),
             )
         });
     match created {
@@ -185,7 +186,7 @@ fn set_preference(
             "call it before the first redis.db()".to_string()
         };
         ctx.log(
-            LogTag::Error,
+            Level::Error,
             &format!("[REDIS] {function}() ignored: {why}"),
         );
         return;
@@ -206,13 +207,13 @@ pub fn sentinels(ctx: &Ctx, vcl: &VclState, args: &SentinelArgs) {
         args.locations = &from_env;
     }
     if !ctx.in_init() {
-        ctx.log(LogTag::Error, "[REDIS] sentinels(): only in vcl_init");
+        ctx.log(Level::Error, "[REDIS] sentinels(): only in vcl_init");
         return;
     }
     let mut current = vcl.sentinel_config.lock();
     if current.is_some() {
         ctx.log(
-            LogTag::Error,
+            Level::Error,
             "[REDIS] sentinels() ignored: it was called before in this VCL",
         );
         return;
@@ -322,27 +323,29 @@ pub fn execute(ctx: &Ctx, db: &Arc<Database>, master: bool) {
     }
 }
 
+/// The arguments of `.easy_execute()` as VCL gave them.
+pub struct EasyExecute<'a> {
+    pub command: &'a [u8],
+    /// `cmd_arg1` to `cmd_arg16`, each pushed if given.
+    pub pushed: [Option<&'a [u8]>; 16],
+    pub timeout_ms: Option<i64>,
+    pub max_retries: Option<i64>,
+    pub master: bool,
+}
+
 /// `.easy_execute()`: command, pushes, overrides and execute in one call.
-pub fn easy_execute(
-    ctx: &Ctx,
-    db: &Arc<Database>,
-    name: &[u8],
-    args: &[&[u8]],
-    timeout_ms: Option<i64>,
-    max_retries: Option<i64>,
-    master: bool,
-) {
-    command(ctx, db, name);
-    for arg in args {
+pub fn easy_execute(ctx: &Ctx, db: &Arc<Database>, call: &EasyExecute) {
+    command(ctx, db, call.command);
+    for arg in call.pushed.iter().flatten() {
         push(ctx, db, arg);
     }
-    if let Some(ms) = timeout_ms {
+    if let Some(ms) = call.timeout_ms {
         timeout(ctx, db, ms);
     }
-    if let Some(count) = max_retries {
+    if let Some(count) = call.max_retries {
         retries(ctx, db, count);
     }
-    execute(ctx, db, master);
+    execute(ctx, db, call.master);
 }
 
 /// `.free()`: the command and reply; a transaction in progress keeps its
@@ -421,7 +424,7 @@ pub fn resolve(
     };
     if found.is_none() {
         ctx.log(
-            LogTag::Error,
+            Level::Error,
             &format!(
                 "[REDIS] unknown database \"{}\"",
                 String::from_utf8_lossy(name)
@@ -434,7 +437,7 @@ pub fn resolve(
 /// `redis.use(db)`.
 pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) {
     if name.is_empty() {
-        ctx.log(LogTag::Error, "[REDIS] use(): empty database name");
+        ctx.log(Level::Error, "[REDIS] use(): empty database name");
         return;
     }
     if let (Some(db), Some(task)) = (resolve(ctx, vcl, None, name), task) {
@@ -442,8 +445,23 @@ pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) 
     }
 }
 
+/// The VCL events the module acts on.
+pub enum Event {
+    Warm,
+    Cold,
+    Discard,
+}
+
+pub fn event(vcl: &VclState, event: Event) {
+    match event {
+        Event::Warm => warm(vcl),
+        Event::Cold => cold(vcl),
+        Event::Discard => discard(vcl),
+    }
+}
+
 /// VCL warm: show the databases' counters in varnishstat.
-pub fn warm(vcl: &VclState) {
+fn warm(vcl: &VclState) {
     for db in vcl.databases.read().iter() {
         db.stats().set_visible(true);
     }
@@ -457,13 +475,11 @@ fn start_trackers(vcl: &VclState) {
     if running.is_some() {
         return;
     }
-    let log: crate::logger::Logger = Arc::new(|msg: &str| log_global(LogTag::Error, msg));
-    match Trackers::start(vcl.databases.read().clone(), log) {
+    match Trackers::start(vcl.databases.read().clone(), outside_tasks()) {
         Ok(trackers) => *running = trackers,
-        Err(err) => log_global(
-            LogTag::Error,
-            &format!("[REDIS] near cache: cannot start the tracking thread: {err}"),
-        ),
+        Err(err) => outside_tasks().error(&format!(
+            "[REDIS] near cache: cannot start the tracking thread: {err}"
+        )),
     }
 }
 
@@ -476,20 +492,12 @@ fn start_sentinel(vcl: &VclState) {
     if running.is_some() {
         return;
     }
-    let log: crate::sentinel::Logger = Arc::new(|level: Level, msg: &str| {
-        let tag = match level {
-            Level::Error => LogTag::Error,
-            Level::Info => LogTag::Debug,
-        };
-        log_global(tag, msg);
-    });
     let databases = vcl.databases.read().clone();
-    match Monitor::start(config, databases, log) {
+    match Monitor::start(config, databases, outside_tasks()) {
         Ok(monitor) => *running = Some(monitor),
-        Err(err) => log_global(
-            LogTag::Error,
-            &format!("[REDIS] sentinels: cannot start the thread: {err}"),
-        ),
+        Err(err) => outside_tasks().error(&format!(
+            "[REDIS] sentinels: cannot start the thread: {err}"
+        )),
     }
 }
 
@@ -502,7 +510,7 @@ fn stop_sentinel(vcl: &VclState) {
 /// VCL cold: hide the counters, close idle connections. Discard: forget
 /// the databases (the objects' own `__fini` drops the rest, counters
 /// included).
-pub fn cold(vcl: &VclState) {
+fn cold(vcl: &VclState) {
     stop_sentinel(vcl);
     drop(vcl.trackers.lock().take());
     for db in vcl.databases.read().iter() {
@@ -511,7 +519,7 @@ pub fn cold(vcl: &VclState) {
     }
 }
 
-pub fn discard(vcl: &VclState) {
+fn discard(vcl: &VclState) {
     stop_sentinel(vcl);
     drop(vcl.trackers.lock().take());
     vcl.databases.write().clear();

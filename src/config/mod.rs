@@ -8,7 +8,6 @@
 //! subnet list); we reject such input up front.
 
 mod location;
-mod log_sinks;
 mod sentinel;
 mod subnets;
 mod weights;
@@ -16,8 +15,6 @@ mod weights;
 pub use crate::tls::TlsArgs;
 pub(crate) use location::redact_credentials;
 pub use location::{Location, LocationError};
-#[cfg(not(test))]
-pub(crate) use log_sinks::LogSinks;
 pub use sentinel::{SentinelArgs, SentinelConfig};
 pub use subnets::Subnets;
 pub use weights::{Preference, Weights};

@@ -295,7 +295,7 @@ fn v1_certificates_work_both_ways_in_tls_1_2_and_1_3() {
             let named = tls(V1_SERVER_CN, verify_name);
             let said = Arc::new(parking_lot::Mutex::new(Vec::new()));
             let into = said.clone();
-            named.report_name_mismatches_to(Arc::new(move |text: &str| {
+            named.report_name_mismatches_to(crate::logger::Log::to(move |_, text| {
                 into.lock().push(text.to_owned())
             }));
             let mut conn = connector(&named)
@@ -311,7 +311,7 @@ fn v1_certificates_work_both_ways_in_tls_1_2_and_1_3() {
             let taken = tls(sni, false);
             let said = Arc::new(parking_lot::Mutex::new(Vec::new()));
             let into = said.clone();
-            taken.report_name_mismatches_to(Arc::new(move |text: &str| {
+            taken.report_name_mismatches_to(crate::logger::Log::to(move |_, text| {
                 into.lock().push(text.to_owned())
             }));
             // Three connections (full handshakes or resumed): said once.

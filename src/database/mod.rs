@@ -14,7 +14,7 @@ use crate::connection::private::{Owner, PrivateAccess, PrivateConnections};
 use crate::connection::shared::SharedPool;
 use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
-use crate::logger::Logger;
+use crate::logger::Log;
 use crate::near_cache::NearCache;
 use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
@@ -112,7 +112,7 @@ impl Database {
     /// nor weights, and private connections of its own.
     pub fn new(name: &str, config: DbConfig) -> Result<Self> {
         let private = Arc::new(PrivateConnections::default());
-        let log: Logger = Arc::new(|_: &str| {});
+        let log = Log::discard();
         Self::with_stats(
             name,
             config,
@@ -139,18 +139,18 @@ impl Database {
         preference: Preference,
         private: &Arc<PrivateConnections>,
         note: &mut dyn FnMut(Note),
-        log: &Logger,
+        log: &Log,
     ) -> Result<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let stats = Arc::new(stats);
         if let Some(tls) = &config.tls {
             // Before the first connection (a role probe, a discovery).
             let (counters, name, log) = (Arc::downgrade(&stats), name.to_owned(), log.clone());
-            tls.report_name_mismatches_to(Arc::new(move |text: &str| {
+            tls.report_name_mismatches_to(Log::to(move |level, text| {
                 if let Some(stats) = counters.upgrade() {
                     stats.inc(Counter::TlsNameMismatch);
                 }
-                log(&format!("[REDIS] db {name}: {text}"));
+                log.line(level, &format!("[REDIS] db {name}: {text}"));
             }));
         }
         let near_cache = (config.near_cache > 0).then(|| {

@@ -1,81 +1,22 @@
-//! The safe face of one call from varnishd: [`Ctx`] over `VRT_CTX` (VSL,
-//! `VRT_fail`, workspace copies, per-task slots, synthetic bodies), the
-//! PRIV slots behind it, and logging outside any call ([`log_global`]).
-//! The VCL layer works on these; only `exports` sits above it.
+//! The safe face of one call from varnishd: [`Ctx`] over `VRT_CTX` (the
+//! task's log, `VRT_fail`, workspace copies, per-task slots, synthetic
+//! bodies, the VCL's name), and the PRIV slots behind it. The raw context
+//! never leaves this file: the VCL layer and the varnishstat segment work
+//! on [`Ctx`]'s safe methods; only `exports` sits above it.
 use std::any::Any;
-use std::ffi::{c_void, CString};
-use std::io::Write;
+use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::OnceLock;
-
-use crate::config::LogSinks;
 
 use super::bindings::{
     self, vmod_priv, vmod_priv_methods, vrt_blob, vrt_ctx, VCL_BLOB, VCL_STRING,
 };
-
-/// The transaction id of a record that belongs to no transaction: an
-/// integer up to Varnish 7.2, a `vxid_t` struct (`NO_VXID`) from 7.3 on.
-#[cfg(not(vrt_vxid_t))]
-const NO_VXID: u32 = 0;
-#[cfg(vrt_vxid_t)]
-const NO_VXID: bindings::vxid_t = bindings::vxids { vxid: 0 };
-
-/// Which VSL tag a message goes to.
-#[derive(Clone, Copy)]
-pub(crate) enum LogTag {
-    Error,
-    Debug,
-}
-
-/// Logs `msg` outside any transaction, from any thread of the child (the
-/// Sentinel thread has no `VRT_CTX`).
-pub(crate) fn log_global(tag: LogTag, msg: &str) {
-    let text = c_text(msg);
-    // SAFETY: "%s" with one NUL-terminated string; VSL() writes a
-    // non-transactional record under the log's own lock.
-    unsafe { bindings::VSL(tag.vsl(), NO_VXID, c"%s".as_ptr(), text.as_ptr()) }
-    to_sinks(tag, msg, &text);
-}
-
-impl LogTag {
-    fn vsl(self) -> bindings::VSL_tag_e {
-        match self {
-            LogTag::Error => bindings::VSL_tag_e_SLT_VCL_Error,
-            LogTag::Debug => bindings::VSL_tag_e_SLT_Debug,
-        }
-    }
-}
-
-/// Sends a log line to the sinks `VMOD_REDIS_LOG_SINKS` names besides
-/// VSL (syslog by default, as every C VMOD release). The lines carry no
-/// secret: what they quote of a server's refusal is cut before
-/// (`connection/redact.rs`).
-fn to_sinks(tag: LogTag, msg: &str, text: &CString) {
-    static SINKS: OnceLock<LogSinks> = OnceLock::new();
-    let sinks = SINKS
-        .get_or_init(|| LogSinks::parse(std::env::var("VMOD_REDIS_LOG_SINKS").ok().as_deref()));
-    if sinks.syslog {
-        let priority = match tag {
-            LogTag::Error => libc::LOG_ERR,
-            // The C VMOD logs what is not an error at LOG_INFO.
-            LogTag::Debug => libc::LOG_INFO,
-        };
-        // SAFETY: "%s" with one NUL-terminated string; syslog() is
-        // thread-safe and opens its socket itself.
-        unsafe { libc::syslog(priority, c"%s".as_ptr(), text.as_ptr()) }
-    }
-    if sinks.stderr {
-        // One write per line, so that lines of several threads do not mix.
-        let line = format!("{msg}\n");
-        let _ = std::io::stderr().write_all(line.as_bytes());
-    }
-}
+use super::log::c_text;
+use crate::logger::Level;
 
 /// A borrowed `VRT_CTX`, valid for one call from varnishd.
 pub(crate) struct Ctx<'a> {
-    pub(super) raw: &'a vrt_ctx,
+    raw: &'a vrt_ctx,
 }
 
 impl<'a> Ctx<'a> {
@@ -86,26 +27,17 @@ impl<'a> Ctx<'a> {
         unsafe { ptr.as_ref() }.map(|raw| Ctx { raw })
     }
 
-    /// Logs `msg` to the task's VSL, or to the global log when there is no
-    /// task (vcl_init, events).
-    pub(crate) fn log(&self, tag: LogTag, msg: &str) {
-        let text = c_text(msg);
-        // SAFETY: "%s" with one NUL-terminated string; vsl is the task's log
-        // or NULL, in which case VSL() writes a non-transactional record.
-        unsafe {
-            if self.raw.vsl.is_null() {
-                bindings::VSL(tag.vsl(), NO_VXID, c"%s".as_ptr(), text.as_ptr());
-            } else {
-                bindings::VSLb(self.raw.vsl, tag.vsl(), c"%s".as_ptr(), text.as_ptr());
-            }
-        }
-        to_sinks(tag, msg, &text);
+    /// Logs `msg` to the task's VSL, or outside any transaction when there
+    /// is no task (vcl_init, events), and to the other sinks.
+    pub(crate) fn log(&self, level: Level, msg: &str) {
+        super::log::write(self.raw.vsl, level, msg);
     }
 
     /// Fails the task (503) or, in vcl_init, the `vcl.load`, with `msg`.
     pub(crate) fn fail(&self, msg: &str) {
         let msg = c_text(msg);
-        // SAFETY: as in log().
+        // SAFETY: "%s" with one NUL-terminated string; raw is the live
+        // VRT_CTX of the call.
         unsafe { bindings::VRT_fail(self.raw, c"%s".as_ptr(), msg.as_ptr()) }
     }
 
@@ -196,12 +128,30 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The per-task value of type `T` stored under `key` (one per database
-    /// object), created on first use and freed at the end of the task.
-    pub(crate) fn task_slot<T: Any + Default>(&self, key: *const c_void) -> Option<&'a T> {
+    /// The per-task value of type `T` stored under the address of `key`
+    /// (one per database object), created on first use and freed at the
+    /// end of the task.
+    pub(crate) fn task_slot<T: Any + Default, K>(&self, key: &K) -> Option<&'a T> {
+        let key = ptr::from_ref(key).cast::<c_void>();
         // SAFETY: VRT_priv_task returns the task's slot for `key` (NULL
         // outside a task); slot_of only reads / initialises it.
         unsafe { slot_of(bindings::VRT_priv_task(self.raw, key)) }
+    }
+
+    /// The name of the VCL of the call (`None` outside one).
+    pub(crate) fn vcl_name(&self) -> Option<String> {
+        if self.raw.vcl.is_null() {
+            return None;
+        }
+        // SAFETY: vcl is the call's VCL, live for the call; VCL_Name
+        // returns its NUL-terminated name (or NULL).
+        let name = unsafe { bindings::VCL_Name(self.raw.vcl) };
+        if name.is_null() {
+            return None;
+        }
+        // SAFETY: not NULL, so NUL-terminated and valid for the call.
+        let name = unsafe { CStr::from_ptr(name) };
+        Some(name.to_string_lossy().into_owned())
     }
 }
 
@@ -244,10 +194,4 @@ unsafe extern "C" fn priv_fini(_ctx: *const vrt_ctx, value: *mut c_void) {
             drop(unsafe { Box::from_raw(value.cast::<Box<dyn Any>>()) });
         }));
     }
-}
-
-/// A Rust string for C: interior NUL bytes would cut it, so they are shown
-/// as `\0`.
-pub(super) fn c_text(text: &str) -> CString {
-    CString::new(text.replace('\0', "\\0")).unwrap_or_default()
 }

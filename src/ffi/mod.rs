@@ -1,13 +1,15 @@
 //! The only `unsafe` code of the VMOD: the C types bindgen generates from
 //! cache/cache.h and vcc_if.h, a safe [`Ctx`] over `VRT_CTX` and the PRIV
-//! slots ([`ctx`]), the varnishstat segments ([`vsc`]), and [`guard`],
-//! which every entry point in [`exports`] runs its body under so a panic
-//! becomes `VRT_fail` instead of aborting varnishd.
+//! slots ([`ctx`]), the VCL arguments made Rust values ([`args`]), the
+//! writer of every log line ([`log`]), the varnishstat segments ([`vsc`]),
+//! and [`guard`], which every entry point in [`exports`] runs its
+//! conversions and body under so a panic becomes `VRT_fail` instead of
+//! aborting varnishd.
 #![allow(
     unsafe_code,
     reason = "the one place that may: varnishd's C API takes and gives raw pointers"
 )]
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 #[allow(
@@ -25,12 +27,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
+mod args;
 pub(crate) mod ctx;
 mod exports;
+pub(crate) mod log;
 pub(crate) mod vsc;
 
 use bindings::vrt_ctx;
-use ctx::{log_global, Ctx, LogTag};
+use ctx::Ctx;
 
 /// The symbol varnishd looks up with dlsym; filled from the vmodtool
 /// struct by the constructor in glue.c (see build.rs).
@@ -61,33 +65,10 @@ fn pin_module() {
             .is_null()
     };
     if !pinned {
-        log_global(
-            LogTag::Error,
+        log::outside_tasks().error(
             "[REDIS] could not keep the VMOD in memory: discarding the last VCL that uses it while a name lookup runs may crash the child",
         );
     }
-}
-
-/// A VCL STRING argument as bytes; NULL (an unset header) is "".
-///
-/// # Safety
-/// `ptr` is NULL or a NUL-terminated string valid for the call.
-unsafe fn arg_bytes<'a>(ptr: *const c_char) -> &'a [u8] {
-    if ptr.is_null() {
-        b""
-    } else {
-        // SAFETY: not NULL, so NUL-terminated and valid for the call.
-        unsafe { CStr::from_ptr(ptr) }.to_bytes()
-    }
-}
-
-/// A VCL STRING argument as text (lossy: invalid UTF-8 becomes U+FFFD).
-///
-/// # Safety
-/// As [`arg_bytes`].
-unsafe fn arg_str<'a>(ptr: *const c_char) -> std::borrow::Cow<'a, str> {
-    // SAFETY: the caller's contract is arg_bytes'.
-    String::from_utf8_lossy(unsafe { arg_bytes(ptr) })
 }
 
 /// Runs an entry point's body with a safe [`Ctx`]; a panic fails the task

@@ -2,12 +2,12 @@
 //! (vmod_redis.vsc, compiled by vsctool.py in build.rs). Its memory is the
 //! database's counters themselves: [`Stats`](crate::stats::Stats) bumps
 //! them in place, varnishstat reads them from shared memory.
-use std::ffi::CStr;
 use std::ptr;
 use std::sync::atomic::AtomicU64;
 
 use super::bindings;
-use super::ctx::{c_text, Ctx};
+use super::ctx::Ctx;
+use super::log::c_text;
 use crate::stats::{Counter, CounterMemory};
 
 // The generated struct is one uint64_t per counter, in Counter::ALL order
@@ -38,18 +38,7 @@ impl Segment {
     /// Allocates `REDIS.<vcl>.<object>`, hidden until the VCL turns warm
     /// (as Varnish hides its backends' counters while their VCL is cold).
     fn new(ctx: &Ctx, object: &str) -> Option<Segment> {
-        // SAFETY: ctx.raw.vcl is the VCL being loaded (or NULL outside
-        // one); VCL_Name returns its NUL-terminated name.
-        let vcl = unsafe {
-            if ctx.raw.vcl.is_null() {
-                return None;
-            }
-            let name = bindings::VCL_Name(ctx.raw.vcl);
-            if name.is_null() {
-                return None;
-            }
-            CStr::from_ptr(name).to_string_lossy().into_owned()
-        };
+        let vcl = ctx.vcl_name()?;
         let ident = c_text(&format!("{vcl}.{object}"));
         let mut seg: *mut bindings::vsc_seg = ptr::null_mut();
         // SAFETY: "%s" with one NUL-terminated string; a NULL cluster asks

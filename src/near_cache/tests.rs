@@ -506,7 +506,7 @@ mod with_redis {
     /// The tracking threads of `db`, started, and its server once tracked.
     fn tracking(db: &Arc<Database>) -> (Arc<Server>, Trackers) {
         let server = db.topology().servers[0].clone();
-        let log: crate::logger::Logger = Arc::new(|line: &str| eprintln!("{line}"));
+        let log = crate::logger::Log::to(|_, line| eprintln!("{line}"));
         let trackers = Trackers::start(vec![db.clone()], log).unwrap().unwrap();
         eventually("tracking on", || {
             server.promise.is_made() && server.promise.is_proven()

@@ -67,7 +67,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(200);
 /// starts the pauses over.
 const MAX_PAUSE: Duration = Duration::from_secs(10);
 
-use crate::logger::Logger;
+use crate::logger::Log;
 
 /// The running threads of one VCL; dropping it stops and joins them.
 pub(crate) struct Trackers {
@@ -80,7 +80,7 @@ impl Trackers {
     /// `None` when none has.
     pub(crate) fn start(
         databases: Vec<Arc<Database>>,
-        log: Logger,
+        log: Log,
     ) -> std::io::Result<Option<Trackers>> {
         let databases: Vec<Arc<Database>> = databases
             .into_iter()
@@ -168,14 +168,14 @@ struct Listener {
 }
 
 struct Supervisor {
-    log: Logger,
+    log: Log,
     /// By promise: a server replaced by a new one at the same location
     /// has a promise (and a listener) of its own.
     followed: HashMap<*const Promise, Followed>,
 }
 
 impl Supervisor {
-    fn new(log: Logger) -> Self {
+    fn new(log: Log) -> Self {
         Supervisor {
             log,
             followed: HashMap::new(),
@@ -326,9 +326,9 @@ impl Supervisor {
 }
 
 /// Logged once per kind of failure, not on every retry.
-fn report(log: &Logger, followed: &mut Followed, err: String) {
+fn report(log: &Log, followed: &mut Followed, err: String) {
     if err != followed.last_error {
-        log(&format!(
+        log.error(&format!(
             "[REDIS] db {}: near cache: {}: {err}",
             followed.db.name(),
             followed.server.location()

@@ -30,4 +30,4 @@ mod event;
 mod monitor;
 
 #[cfg(not(test))]
-pub(crate) use monitor::{Level, Logger, Monitor};
+pub(crate) use monitor::Monitor;

@@ -14,21 +14,10 @@ use super::event;
 use crate::config::{Location, SentinelConfig};
 use crate::connection::{Connection, Connector, Failure, Limit};
 use crate::database::Database;
+use crate::logger::Log;
 use crate::protocol::Command;
 use crate::protocol::Reply;
 use crate::stats::Stats;
-
-/// How bad a message of the thread is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Level {
-    /// A Sentinel failed (`VCL_Error`).
-    Error,
-    /// A change Sentinel caused (`Debug`).
-    Info,
-}
-
-/// Where the thread's messages go (the VSL, outside any transaction).
-pub(crate) type Logger = Arc<dyn Fn(Level, &str) + Send + Sync>;
 
 /// How long one wait on the subscribed connection lasts: the stop flag is
 /// seen at least this often.
@@ -62,15 +51,15 @@ impl Monitor {
     pub(crate) fn start(
         config: SentinelConfig,
         databases: Vec<Arc<Database>>,
-        log: Logger,
+        log: Log,
     ) -> std::io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         if let Some(tls) = &config.tls {
             // The configuration is the VCL's (its clones share what was
             // said): a Sentinel's mismatch is said once per VCL.
             let log = log.clone();
-            tls.report_name_mismatches_to(Arc::new(move |text: &str| {
-                log(Level::Error, &format!("[REDIS] sentinels: {text}"));
+            tls.report_name_mismatches_to(Log::to(move |level, text| {
+                log.line(level, &format!("[REDIS] sentinels: {text}"));
             }));
         }
         let shared = Arc::new(Shared {
@@ -108,8 +97,7 @@ impl Monitor {
                 // silently stop while the VCL keeps serving.
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&shared)));
                 if run.is_err() {
-                    (shared.log)(
-                        Level::Error,
+                    shared.log.error(
                         "[REDIS] sentinel: a thread stopped on an internal error (please report)",
                     );
                 }
@@ -142,7 +130,7 @@ struct Shared {
     /// wait on a Sentinel).
     knowledge: Mutex<Knowledge>,
     stop: Arc<AtomicBool>,
-    log: Logger,
+    log: Log,
 }
 
 /// Why a session with one Sentinel ended.
@@ -198,7 +186,7 @@ impl Shared {
 
     fn log_all(&self, lines: Vec<String>) {
         for line in lines {
-            (self.log)(Level::Info, &format!("[REDIS] sentinel: {line}"));
+            self.log.info(&format!("[REDIS] sentinel: {line}"));
         }
     }
 
@@ -207,10 +195,8 @@ impl Shared {
     /// always logs. `line` is only built when it is logged.
     fn debug(&self, location: &Location, line: impl FnOnce() -> String) {
         if self.config.debug {
-            (self.log)(
-                Level::Info,
-                &format!("[REDIS] sentinel {location}: {}", line()),
-            );
+            self.log
+                .info(&format!("[REDIS] sentinel {location}: {}", line()));
         }
     }
 
@@ -243,10 +229,9 @@ impl Shared {
                 End::Stopped => return,
                 End::Failed { reason } => reason,
             };
-            (self.log)(
-                Level::Error,
-                &format!("[REDIS] sentinel {location}: {reason}; trying the next one"),
-            );
+            self.log.error(&format!(
+                "[REDIS] sentinel {location}: {reason}; trying the next one"
+            ));
             if Backoff::is_steady(served) {
                 // The first failure of a new round, with the pauses over.
                 failed_in_row = 1;
@@ -275,13 +260,10 @@ impl Shared {
             }
             let pause = backoff.after(served);
             if let End::Failed { reason } = end {
-                (self.log)(
-                    Level::Error,
-                    &format!(
-                        "[REDIS] sentinel {location}: failover events: {reason}; again in {} ms",
-                        pause.as_millis()
-                    ),
-                );
+                self.log.error(&format!(
+                    "[REDIS] sentinel {location}: failover events: {reason}; again in {} ms",
+                    pause.as_millis()
+                ));
             }
             self.pause(pause);
         }

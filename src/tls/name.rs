@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-use crate::logger::Logger;
+use crate::logger::Log;
 
 /// A server certificate, its chain verified, that does not name the
 /// server.
@@ -91,7 +91,7 @@ pub(super) struct NameCheck {
     /// Set once by the configuration's owner, which logs and counts the
     /// text ([`NameMismatch::describe`]); unset, nothing is reported
     /// (nor marked as said).
-    report: OnceLock<Logger>,
+    report: OnceLock<Log>,
 }
 
 impl NameCheck {
@@ -103,7 +103,7 @@ impl NameCheck {
         }
     }
 
-    pub(super) fn report_to(&self, report: Logger) {
+    pub(super) fn report_to(&self, report: Log) {
         let _ = self.report.set(report);
     }
 
@@ -115,7 +115,7 @@ impl NameCheck {
             return;
         };
         if self.said.lock().insert(server.to_owned()) {
-            report(&mismatch.describe(server));
+            report.error(&mismatch.describe(server));
         }
     }
 }
@@ -140,7 +140,7 @@ mod tests {
         check.seen("127.0.0.1:6380", &mismatch());
         let said = Arc::new(Mutex::new(Vec::new()));
         let into = said.clone();
-        check.report_to(Arc::new(move |text: &str| {
+        check.report_to(crate::logger::Log::to(move |_, text| {
             into.lock().push(text.to_owned())
         }));
         for _ in 0..3 {

@@ -220,7 +220,7 @@ fn a_dead_seed_is_known_at_load() {
     })
     .expect("valid config");
     let mut warnings = Vec::new();
-    let log: crate::logger::Logger = Arc::new(|_: &str| {});
+    let log = crate::logger::Log::discard();
     let db = Database::with_stats(
         "c",
         config,

@@ -494,7 +494,7 @@ fn private_connections_are_one_budget_per_thread_across_databases() {
     // databases on two servers, max_connections=1 each, one thread.
     let (one, two) = (RedisProcess::start(&[]), RedisProcess::start(&[]));
     let private = Arc::new(PrivateConnections::default());
-    let no_log: crate::logger::Logger = Arc::new(|_: &str| {});
+    let no_log = crate::logger::Log::discard();
     let make = |redis: &RedisProcess| {
         let location = redis.location();
         let args = DbArgs {
