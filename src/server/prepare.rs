@@ -175,3 +175,77 @@ impl Server {
         Some(self.role_answered(role_from_reply(&reply)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(text: &str) -> Reply {
+        Reply::Array(vec![Reply::String(text.as_bytes().to_vec())])
+    }
+
+    #[test]
+    fn role_goes_on_each_connection_once_and_again_while_unknown() {
+        let server = Server::for_test(0, "127.0.0.1:6379", Role::Auto);
+        let mut first = Prepared::default();
+        assert!(server.takes_role(&mut first), "a new connection");
+        assert!(server.takes_role(&mut first), "the role still unknown");
+        server.set_role(Role::Master);
+        assert!(!server.takes_role(&mut first), "asked, and the role known");
+        let mut second = Prepared::default();
+        assert!(
+            server.takes_role(&mut second),
+            "a reconnect may follow a failover"
+        );
+        assert!(!server.takes_role(&mut second));
+        server.forget_role();
+        assert!(server.takes_role(&mut second), "the role forgotten");
+
+        // A declared role is never asked.
+        for declared in [Role::Master, Role::Slave] {
+            let server = Server::for_test(1, "127.0.0.1:6380", declared);
+            assert!(!server.takes_role(&mut Prepared::default()));
+        }
+    }
+
+    #[test]
+    fn what_role_said_is_recorded_in_the_server() {
+        let server = Server::for_test(0, "127.0.0.1:6379", Role::Auto);
+        let answered = |role, changed| RoleCheck::Answered { role, changed };
+        // Learnt, not changed: it was unknown.
+        assert_eq!(
+            server.role_checked(status("master")),
+            answered(Role::Master, false)
+        );
+        assert_eq!(
+            server.role_checked(status("slave")),
+            answered(Role::Slave, true)
+        );
+        assert_eq!(server.role(), Role::Slave);
+        // LOADING: no role, left as it was.
+        let loading = Reply::Error("LOADING Redis is loading the dataset in memory".into());
+        assert_eq!(server.role_checked(loading), RoleCheck::Unanswered);
+        assert_eq!(server.role(), Role::Slave);
+        // Sentinel's replica stays one whatever it says of itself.
+        server.set_role_by_sentinel(Role::Slave);
+        assert_eq!(
+            server.role_checked(status("master")),
+            answered(Role::Slave, false)
+        );
+
+        // Refused: a master for good, said once, never asked again.
+        let refused =
+            || Reply::Error("NOPERM User u has no permissions to run the 'role' command".into());
+        let server = Server::for_test(1, "127.0.0.1:6380", Role::Auto);
+        assert!(matches!(
+            server.role_checked(refused()),
+            RoleCheck::Refused { first: true, .. }
+        ));
+        assert!(matches!(
+            server.role_checked(refused()),
+            RoleCheck::Refused { first: false, .. }
+        ));
+        assert_eq!(server.role(), Role::Master);
+        assert!(!server.takes_role(&mut Prepared::default()));
+    }
+}
