@@ -15,6 +15,8 @@
 //! [`Connections`] (`modes.rs`). The pools open, check and prepare
 //! connections through one trait, [`ManageConnection`] (`manage.rs`),
 //! which the server implements: the pools know nothing of databases.
+//! What a connection was prepared as is one record kept with it,
+//! [`Prepared`] (`prepared.rs`).
 //!
 //! The layer has its own errors (`error.rs`): [`Failure`] of a request,
 //! [`ConnectError`] of an opening, [`PoolTimeout`] of a shared pool's wait,
@@ -28,19 +30,20 @@ pub(crate) mod lookup;
 mod manage;
 mod modes;
 pub(crate) mod multiplexed;
+mod prepared;
 pub mod private;
 mod redact;
 pub mod shared;
 mod stream;
 
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use connector::Connector;
 pub use error::{ConnectError, Failure, OpenFailure, PoolError, PoolTimeout, RequestError};
 pub use manage::ManageConnection;
 pub(crate) use modes::{Connections, Pipelined};
+pub(crate) use prepared::Prepared;
 pub(crate) use redact::loggable_error;
 use stream::Stream;
 pub(crate) use stream::{within, Limit};
@@ -77,15 +80,9 @@ pub struct Connection {
     created: Instant,
     /// When its last reply was read.
     last_used: Instant,
-    /// `ROLE` was sent on it (`type=auto`): never twice per connection.
-    role_asked: bool,
-    /// `READONLY` was sent on it (a cluster replica serving reads): once
-    /// per connection, as the mode lasts as long as the connection.
-    readonly_sent: bool,
-    /// [ext] `near_cache`: the `run_id` of the server this connection
-    /// reached (empty: it would not say), asked once when it is first
-    /// prepared. Behind a balancer, one location is several servers.
-    identity: Option<Arc<str>>,
+    /// What its server's preparation sent on it (`ROLE`, `READONLY`,
+    /// `INFO server`): each once.
+    prepared: Prepared,
     /// The socket timeout currently set, to skip setsockopt calls when
     /// consecutive commands use the same timeout.
     armed: Option<Duration>,
@@ -118,9 +115,7 @@ impl Connection {
             end: 0,
             created: now,
             last_used: now,
-            role_asked: false,
-            readonly_sent: false,
-            identity: None,
+            prepared: Prepared::default(),
             armed,
             broken: false,
             scan: resp::ScanState::default(),
@@ -142,29 +137,13 @@ impl Connection {
         self.broken = true;
     }
 
-    pub(crate) fn role_asked(&self) -> bool {
-        self.role_asked
+    /// What it was prepared as.
+    pub(crate) fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 
-    pub(crate) fn set_role_asked(&mut self) {
-        self.role_asked = true;
-    }
-
-    pub(crate) fn readonly_sent(&self) -> bool {
-        self.readonly_sent
-    }
-
-    pub(crate) fn set_readonly_sent(&mut self) {
-        self.readonly_sent = true;
-    }
-
-    /// [ext] The `run_id` of the server it reached, once asked.
-    pub(crate) fn identity(&self) -> Option<&Arc<str>> {
-        self.identity.as_ref()
-    }
-
-    pub(crate) fn set_identity(&mut self, identity: Arc<str>) {
-        self.identity = Some(identity);
+    pub(crate) fn prepared_mut(&mut self) -> &mut Prepared {
+        &mut self.prepared
     }
 
     /// True when the connection, idle for [`IDLE_CHECK_AFTER`] or more,

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Connection, Failure, Limit, ManageConnection, RequestError};
+use super::{Connection, Failure, Limit, ManageConnection, Prepared, RequestError};
 use crate::protocol::resp::ProtocolError;
 use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
@@ -84,11 +84,10 @@ struct State {
     in_flight: VecDeque<InFlight>,
     /// How many requests at the front of `in_flight` hold their reply.
     held: usize,
-    /// `ROLE` was asked on the open connection.
-    role_asked: bool,
-    /// [ext] The server the open connection reached (its `run_id`), given
-    /// with each reply read on it.
-    identity: Option<Arc<str>>,
+    /// What the open connection was prepared as, taken when it was
+    /// checked out; `ROLE` asked through this multiplexer is recorded
+    /// here. [ext] Its identity (`run_id`) goes with each reply read on it.
+    prepared: Prepared,
     /// This multiplexer's fences (see [`FenceToken`]): which stream of
     /// tokens (0: none drawn yet), and how many were made.
     fence_stream: u64,
@@ -331,7 +330,7 @@ impl State {
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
                 Some(InFlight::Request(waiter)) => {
-                    waiter.hold(reply, self.identity.as_ref());
+                    waiter.hold(reply, self.prepared.identity());
                     self.held += 1;
                     Ok(false)
                 }
@@ -390,13 +389,10 @@ fn read_next(
 }
 
 impl Multiplexed {
-    /// Whether `ROLE` was asked on the open connection.
-    pub(crate) fn role_asked(&self) -> bool {
-        self.state.lock().role_asked
-    }
-
-    pub(crate) fn set_role_asked(&self) {
-        self.state.lock().role_asked = true;
+    /// What the open connection was prepared as, read and recorded by
+    /// its server's preparation (`ROLE`).
+    pub(crate) fn with_prepared<R>(&self, f: impl FnOnce(&mut Prepared) -> R) -> R {
+        f(&mut self.state.lock().prepared)
     }
 
     /// Requests (written but unanswered, or queued) right now.
@@ -528,8 +524,7 @@ impl Multiplexed {
             Ok(conn) => {
                 if idle_created != Some(conn.created()) {
                     let mut state = self.state.lock();
-                    state.role_asked = false;
-                    state.identity = conn.identity().cloned();
+                    state.prepared = conn.prepared().clone();
                 }
                 conn
             }

@@ -447,15 +447,15 @@ mod tests {
         };
 
         let conn = prepared(&replica);
-        assert!(conn.readonly_sent());
+        assert!(conn.prepared().readonly());
         assert_eq!(readonly_calls(), 1);
         let mut conn = replica.prepare(conn, timeout, None).unwrap();
         assert_eq!(readonly_calls(), 1, "not twice on one connection");
         let ping = conn.request(b"*1\r\n$4\r\nPING\r\n", timeout).unwrap();
         assert_eq!(ping, Reply::Status("PONG".into()));
 
-        assert!(!prepared(&master).readonly_sent());
-        assert!(!prepared(&standalone_replica).readonly_sent());
+        assert!(!prepared(&master).prepared().readonly());
+        assert!(!prepared(&standalone_replica).prepared().readonly());
         assert_eq!(
             readonly_calls(),
             1,

@@ -29,6 +29,29 @@ use crate::server::Server;
 use crate::stats::{Counter, Stats};
 use crate::topology::Topology;
 
+/// What one node's map is worth to a discovery.
+#[derive(Debug, PartialEq)]
+enum Judged {
+    /// No slot assigned (a node not yet in a cluster): not a map.
+    NoSlots,
+    /// It still gives slots to a master found sick (a node that has not
+    /// heard of a failover yet): kept only if no other node gives better.
+    NamesSick,
+    Usable,
+}
+
+/// Judges `map` against the servers found `sick` when the discovery began.
+fn judge(map: &SlotMap<Node>, sick: &[&Location]) -> Judged {
+    let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
+    if map.shards.is_empty() {
+        Judged::NoSlots
+    } else if masters.any(|master| master.is_ok_and(|master| sick.contains(&master))) {
+        Judged::NamesSick
+    } else {
+        Judged::Usable
+    }
+}
+
 /// The `CLUSTER SLOTS` request, packed.
 const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 /// The `CLUSTER SHARDS` request, packed: the map with each node's health
@@ -256,62 +279,14 @@ impl Database {
             .filter(|server| server.health.is_sick(now))
             .map(|server| server.location())
             .collect();
-        // Each step (connect, `CLUSTER SLOTS`) of asking one node is a
-        // probe step: a node that does not answer in time is skipped for
-        // the next, and the whole discovery stays short for the worker.
-        let cap = |timeout: Option<Duration>| within(probe_step(timeout), deadline);
-        // Not counted in the database's connection counters, as the ROLE
-        // probe: they count what commands use.
-        let probe_stats = Stats::default();
         let mut failures: Vec<String> = Vec::new();
         let mut stale: Option<(String, ShardsMap)> = None;
-        let names_sick = |map: &SlotMap<Node>| {
-            let mut masters = map.shards.iter().map(|shard| shard.master.as_ref());
-            masters.any(|master| master.is_ok_and(|master| sick.contains(&master)))
-        };
         for location in nodes {
             let asked = location.to_string();
-            let answer = self
-                .connector(location)
-                .connect_staged(
-                    &probe_stats,
-                    probe_step(self.config.connection_timeout),
-                    probe_step(self.config.command_timeout),
-                    deadline,
-                )
-                .map_err(|err| {
-                    if at_load {
-                        if let Some(server) = topology.by_location(location) {
-                            server.health.mark_failed();
-                        }
-                    }
-                    err.to_string()
-                })
-                .and_then(|mut conn| {
-                    let timeout = || cap(self.config.command_timeout);
-                    let shards = conn
-                        .request(CLUSTER_SHARDS, timeout())
-                        .map_err(|failure| format!("CLUSTER SHARDS: {failure}"))?;
-                    if !matches!(shards, Reply::Error(_)) {
-                        let tls = self.config.tls.is_some();
-                        return parse_shards(&shards, host_of(location), tls);
-                    }
-                    // A server before 7.0, or one that refuses it: the map
-                    // alone, every node taken as healthy.
-                    let slots = conn
-                        .request(CLUSTER_SLOTS, timeout())
-                        .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))?;
-                    let map = parse_slots(&slots, host_of(location))?;
-                    Ok(ShardsMap {
-                        map,
-                        unhealthy: Vec::new(),
-                    })
-                });
-            match answer {
-                Ok(read) if read.map.shards.is_empty() => {
-                    failures.push(format!("{asked}: no slot assigned"));
-                }
-                Ok(read) if names_sick(&read.map) => {
+            let answer = self.ask_node(location, &topology, deadline, at_load);
+            match answer.map(|read| (judge(&read.map, &sick), read)) {
+                Ok((Judged::NoSlots, _)) => failures.push(format!("{asked}: no slot assigned")),
+                Ok((Judged::NamesSick, read)) => {
                     if self.config.debug {
                         note(Note::Debug(&format!(
                             "cluster slots from {asked} still name a sick master: asking another node"
@@ -319,7 +294,7 @@ impl Database {
                     }
                     stale.get_or_insert((asked, read));
                 }
-                Ok(read) => {
+                Ok((Judged::Usable, read)) => {
                     found();
                     self.use_slots(cluster, &asked, read, note);
                     return Ok(());
@@ -333,8 +308,68 @@ impl Database {
             self.use_slots(cluster, &asked, read, note);
             return Ok(());
         }
-        // Counted as a generation too: the workers that waited for it go
-        // on without a map rather than all trying again.
+        Err(self.discovery_failed(cluster, &failures, note))
+    }
+
+    /// Asks the node at `location` for the slot map, on a connection of its
+    /// own: `CLUSTER SHARDS`, else (a server before 7.0, or one that
+    /// refuses it) `CLUSTER SLOTS`, every node then taken as healthy. Each
+    /// step (connect, request) is a probe step, by `deadline`: a node that
+    /// does not answer in time is skipped for the next, and the whole
+    /// discovery stays short for the worker. `at_load`: a node that cannot
+    /// be connected to is marked sick (no command did it).
+    fn ask_node(
+        &self,
+        location: &Location,
+        topology: &Topology,
+        deadline: Option<Instant>,
+        at_load: bool,
+    ) -> Result<ShardsMap, String> {
+        // Not counted in the database's connection counters, as the ROLE
+        // probe: they count what commands use.
+        let probe_stats = Stats::default();
+        let opened = self.connector(location).connect_staged(
+            &probe_stats,
+            probe_step(self.config.connection_timeout),
+            probe_step(self.config.command_timeout),
+            deadline,
+        );
+        let mut conn = opened.map_err(|err| {
+            if at_load {
+                if let Some(server) = topology.by_location(location) {
+                    server.health.mark_failed();
+                }
+            }
+            err.to_string()
+        })?;
+        let timeout = || within(probe_step(self.config.command_timeout), deadline);
+        let shards = conn
+            .request(CLUSTER_SHARDS, timeout())
+            .map_err(|failure| format!("CLUSTER SHARDS: {failure}"))?;
+        if !matches!(shards, Reply::Error(_)) {
+            let tls = self.config.tls.is_some();
+            return parse_shards(&shards, host_of(location), tls);
+        }
+        let slots = conn
+            .request(CLUSTER_SLOTS, timeout())
+            .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))?;
+        let map = parse_slots(&slots, host_of(location))?;
+        Ok(ShardsMap {
+            map,
+            unhealthy: Vec::new(),
+        })
+    }
+
+    /// No node gave a map: counted, said (`failures`: what each node asked
+    /// answered), and counted as a generation too, so that the workers
+    /// that waited for it go on without a map rather than all trying
+    /// again. The error the discovery ends with.
+    fn discovery_failed(
+        &self,
+        cluster: &Cluster,
+        failures: &[String],
+        note: &mut dyn FnMut(Note),
+    ) -> Arc<str> {
         cluster.generation.fetch_add(1, Ordering::Release);
         self.stats.inc(Counter::ClusterDiscoveriesFailed);
         let text = if failures.is_empty() {
@@ -343,7 +378,7 @@ impl Database {
             format!("cluster discovery failed: {}", failures.join("; "))
         };
         note(Note::Warning(&text));
-        Err(text.into())
+        text.into()
     }
 
     fn use_slots(

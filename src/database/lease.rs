@@ -7,12 +7,12 @@ use super::Database;
 use crate::connection::multiplexed::Multiplexed;
 use crate::connection::private::PrivateLease;
 use crate::connection::shared::SharedLease;
-use crate::connection::{Connection, Connections, RequestError};
+use crate::connection::{Connection, Connections, Prepared, RequestError};
 use crate::error::{Error, Result};
 use crate::near_cache::QueuedWrites;
 use crate::protocol::Reply;
 use crate::routing::rotation;
-use crate::server::Server;
+use crate::server::{RoleCheck, Server, ROLE};
 use crate::session::Session;
 use crate::stats::{Counter, Stats};
 
@@ -95,26 +95,19 @@ impl Lease<'_> {
     pub(super) fn identity(&mut self) -> Option<Arc<str>> {
         match self {
             Lease::Multiplexed(lease) => lease.identity.clone(),
-            _ => self.conn().and_then(|conn| conn.identity().cloned()),
+            _ => self
+                .conn()
+                .and_then(|conn| conn.prepared().identity().cloned()),
         }
     }
 
-    /// Whether `ROLE` was asked on this connection (once per connection).
-    pub(super) fn role_asked(&mut self) -> bool {
+    /// What the connection behind this lease was prepared as, read and
+    /// recorded by its server's preparation.
+    fn with_prepared<R>(&mut self, f: impl FnOnce(&mut Prepared) -> R) -> R {
         match self {
-            Lease::Multiplexed(lease) => lease.mux.role_asked(),
-            _ => self.conn().is_some_and(|conn| conn.role_asked()),
-        }
-    }
-
-    pub(super) fn set_role_asked(&mut self) {
-        match self {
-            Lease::Multiplexed(lease) => lease.mux.set_role_asked(),
-            _ => {
-                if let Some(conn) = self.conn() {
-                    conn.set_role_asked();
-                }
-            }
+            Lease::Private(lease) => f(lease.conn().prepared_mut()),
+            Lease::Shared(lease) => f(lease.conn().prepared_mut()),
+            Lease::Multiplexed(lease) => lease.mux.with_prepared(f),
         }
     }
 
@@ -229,6 +222,26 @@ impl Database {
                 Lease::Shared(pipelined.pool.get(&self.stats, server, deadline, timeout)?)
             }
         })
+    }
+}
+
+impl Database {
+    /// The last step of the preparation of `lease`'s connection, before
+    /// an attempt's command (`src/server/prepare.rs`): `ROLE`, if its
+    /// server takes it there, within `timeout`; what it said (`None`: not
+    /// asked) is recorded in the server. A failure fails the attempt, its
+    /// connection dropped (counted).
+    pub(super) fn check_role(
+        &self,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        timeout: Option<Duration>,
+    ) -> Result<Option<RoleCheck>> {
+        if !lease.with_prepared(|prepared| server.takes_role(prepared)) {
+            return Ok(None);
+        }
+        let reply = self.request(lease, server, ROLE, timeout)?;
+        Ok(Some(server.role_checked(reply)))
     }
 }
 

@@ -16,12 +16,9 @@ use crate::connection::{within, Connections, Connector, Pipelined};
 use crate::error::Result;
 use crate::logger::Log;
 use crate::near_cache::NearCache;
-use crate::server::{role_from_reply, ConnectionPolicy, Health, Server};
+use crate::server::{ConnectionPolicy, Health, Server};
 use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
 use crate::topology::{Servers, Topology};
-
-/// The `ROLE` request, packed.
-const ROLE: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
 
 /// What [`Database::execute`] tells its caller besides the result.
 pub enum Note<'a> {
@@ -409,29 +406,14 @@ impl Database {
             .map_or((0, 0), |server| server.pool_state())
     }
 
-    /// Asks `ROLE` on a fresh connection and records the answer. Runs in
-    /// `vcl_init`: each step is bounded by its timeout, at most
-    /// [`PROBE_STEP_CAP`]. As in the C VMOD, this probe is not counted in
-    /// the database's counters, and a server that cannot be reached is
-    /// marked sick (avoided while others can serve).
+    /// Asks `ROLE` on a fresh connection and records the answer
+    /// ([`Server::probe_role`]). Runs in `vcl_init`: each step is bounded
+    /// by its timeout, at most [`PROBE_STEP_CAP`].
     fn discover_role(&self, server: &Server) -> Option<Role> {
-        let probe_stats = Stats::default();
-        let mut conn = match server.connector.connect_staged(
-            &probe_stats,
+        server.probe_role(
             probe_step(self.config.connection_timeout),
             probe_step(self.config.command_timeout),
-            None,
-        ) {
-            Ok(conn) => conn,
-            Err(_) => {
-                server.health.mark_failed();
-                return None;
-            }
-        };
-        let reply = conn
-            .request(ROLE, probe_step(self.config.command_timeout))
-            .ok()?;
-        Some(server.role_answered(role_from_reply(&reply)?))
+        )
     }
 
     /// Renders the counters as `.stats()` shows them: the C VMOD's output

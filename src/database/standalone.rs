@@ -9,11 +9,11 @@ use super::hold::Waited;
 use super::lease::Lease;
 use super::plan::Plan;
 use super::verdict::{decide, Answer, Mode, Next};
-use super::{Database, Note, ROLE};
+use super::{Database, Note};
 use crate::config::Role;
-use crate::error::{Error, Result, Retry, ServerError};
+use crate::error::{Error, Result};
 use crate::protocol::Reply;
-use crate::server::{role_from_reply, Server};
+use crate::server::{RoleCheck, Server};
 use crate::stats::Counter;
 
 /// What one attempt on one server gave.
@@ -129,35 +129,24 @@ impl Database {
     ) -> Result<Outcome<'a>> {
         let shares = x.found.shares(x.command);
         let mut lease = self.lease(server, shares, x.deadline, x.timeout)?;
-        if server.wants_role(lease.role_asked()) {
-            lease.set_role_asked();
-            match self.request(&mut lease, server, ROLE, x.request_timeout())? {
-                // An ACL user without +role, or ROLE renamed away: it will
-                // never answer, so fall back for good. (Other errors, such
-                // as LOADING, leave the role to the next connection.)
-                Reply::Error(text) if ServerError::of(&text).retry() == Retry::Refused => {
-                    if server.role_refused() {
-                        x.note(Note::Warning(&format!(
-                            "ROLE refused by {} ({text}): taken as a master",
-                            server.location()
-                        )));
-                    }
+        match self.check_role(&mut lease, server, x.request_timeout())? {
+            Some(RoleCheck::Refused { text, first: true }) => {
+                x.note(Note::Warning(&format!(
+                    "ROLE refused by {} ({text}): taken as a master",
+                    server.location()
+                )));
+            }
+            Some(RoleCheck::Answered { role, changed }) => {
+                if changed {
+                    // A failover: the other servers' roles are stale too
+                    // (the replica promoted, ...).
+                    self.roles_changed(server, x);
                 }
-                reply => {
-                    if let Some(answered) = role_from_reply(&reply) {
-                        let before = server.role();
-                        let role = server.role_answered(answered);
-                        if before != Role::Auto && before != role {
-                            // A failover: the other servers' roles are
-                            // stale too (the replica promoted, ...).
-                            self.roles_changed(server, x);
-                        }
-                        if role == Role::Slave && master_only {
-                            return Ok(Outcome::NotAMaster);
-                        }
-                    }
+                if role == Role::Slave && master_only {
+                    return Ok(Outcome::NotAMaster);
                 }
             }
+            _ => {}
         }
         let reply = self.send(&mut lease, server, x, false)?;
         Ok(Outcome::Reply(reply, lease))

@@ -1,35 +1,12 @@
-//! How a server's connections are opened, checked and prepared: the
-//! [`ManageConnection`] its pools hold, with what fails counted in the
+//! How a server's connections are opened, checked and prepared (what
+//! preparing one sends: `prepare.rs`): the [`ManageConnection`] its pools hold, with what fails counted in the
 //! database's counters and reflected in the server's health.
 use std::time::{Duration, Instant};
 
 use super::Server;
-use crate::config::Role;
-use crate::connection::{within, Connection, Failure, ManageConnection, OpenFailure};
+use crate::connection::{Connection, Failure, ManageConnection, OpenFailure};
 use crate::error::Error;
-use crate::protocol::resp::ProtocolError;
-use crate::protocol::Reply;
 use crate::stats::Counter;
-
-/// The `READONLY` request, packed: a cluster replica serves the reads of a
-/// connection only after it.
-const READONLY: &[u8] = b"*1\r\n$8\r\nREADONLY\r\n";
-/// `INFO server`, packed: its `run_id` says which server a connection reached.
-pub(crate) const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
-
-/// The `run_id` in an `INFO server` reply: which server process answered
-/// (a restart, or another server behind the same location, gives another).
-pub(crate) fn run_id(info: &Reply) -> Option<String> {
-    let text = match info {
-        Reply::String(bytes) => std::str::from_utf8(bytes).ok()?,
-        Reply::Status(text) => text,
-        _ => return None,
-    };
-    text.lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .map(|id| id.trim().to_owned())
-        .filter(|id| !id.is_empty())
-}
 
 /// The bounds of the two stages of an opening for a command whose
 /// timeout is `command` (none: 0), as the C VMOD has them: the TCP / UNIX
@@ -123,60 +100,19 @@ impl ManageConnection for Server {
         }
     }
 
-    /// `READONLY` first on a connection to a cluster replica that has not
-    /// had one, so that every read on it, whichever worker sends it (on a
-    /// multiplexed connection), finds the mode on. Its reply is not looked
-    /// at (a replica that refuses it answers reads with `MOVED`); a failure
-    /// drops the connection (counted) and fails the checkout.
-    ///
-    /// [ext] `near_cache`: `INFO server` first on a new connection, for
-    /// the `run_id` of the server it reached (a balancer behind the
-    /// location may have sent it to another than the tracking
-    /// connection's): a read is kept only if they match. An error reply
-    /// leaves it unknown (never matched).
+    /// Step 2 of the preparation (`prepare.rs`): `INFO server` and
+    /// `READONLY`, as the server wants them, each once per connection.
     fn prepare(
         &self,
-        mut conn: Connection,
+        conn: Connection,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<Connection, Error> {
-        let timeout = within(timeout, deadline);
-        if self.policy.identify && conn.identity().is_none() {
-            let identity = match self.prepared_by(&mut conn, INFO_SERVER, timeout)? {
-                reply @ Reply::String(_) => run_id(&reply).unwrap_or_default(),
-                _ => String::new(),
-            };
-            conn.set_identity(identity.into());
-        }
-        if !self.policy.readonly_replicas || self.role() != Role::Slave || conn.readonly_sent() {
-            return Ok(conn);
-        }
-        conn.set_readonly_sent();
-        self.prepared_by(&mut conn, READONLY, timeout)?;
-        Ok(conn)
+        self.prepare_connection(conn, timeout, deadline)
     }
 }
 
 impl Server {
-    /// One request of [`ManageConnection::prepare`]: a failure, or bytes
-    /// after the reply, drop the connection (counted) and fail the
-    /// checkout.
-    fn prepared_by(
-        &self,
-        conn: &mut Connection,
-        packed: &[u8],
-        timeout: Option<Duration>,
-    ) -> Result<Reply, Error> {
-        match conn.request(packed, timeout) {
-            Ok(reply) if !conn.is_broken() => Ok(reply),
-            Ok(_) => {
-                let stray = ProtocolError::Malformed("bytes after a reply");
-                Err(self.failed(Failure::Protocol(stray), false, timeout))
-            }
-            Err(failure) => Err(self.failed(failure, false, timeout)),
-        }
-    }
-
     /// The error of a request that got no reply, its connection dropped
     /// with it (counted here unless `counted`), the server made sick.
     pub(crate) fn failed(

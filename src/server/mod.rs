@@ -1,6 +1,7 @@
 //! One Redis server of a database: where it is, its role, its health
-//! (`health.rs`), its connections, and how they are opened, checked and
-//! prepared for the pools (`manage.rs`).
+//! (`health.rs`), its connections, how the pools open and check them
+//! (`manage.rs`), and every request that prepares one for its commands
+//! (`prepare.rs`: the one place of `ROLE`, `READONLY`, `INFO server`).
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +14,10 @@ use crate::stats::Stats;
 
 mod health;
 mod manage;
+mod prepare;
 
 pub use health::{Health, MAX_BACKOFF};
-pub(crate) use manage::{run_id, INFO_SERVER};
+pub(crate) use prepare::{run_id, RoleCheck, INFO_SERVER, ROLE};
 
 /// What a database sets for the connections of each of its servers.
 #[derive(Clone)]
@@ -135,15 +137,6 @@ impl Server {
     /// The type the VCL declared (`master`, `slave` or `auto`).
     pub(crate) fn declared(&self) -> Role {
         self.declared
-    }
-
-    /// Should `ROLE` be asked on this connection? For `type=auto` servers,
-    /// on every new connection (a reconnect may follow a failover) and on
-    /// any connection while the role is unknown.
-    pub(crate) fn wants_role(&self, conn_asked: bool) -> bool {
-        self.declared == Role::Auto
-            && !self.role_refused.load(Ordering::Relaxed)
-            && (!conn_asked || self.role() == Role::Auto)
     }
 
     /// The role may have changed (a `READONLY` reply from a supposed

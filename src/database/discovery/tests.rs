@@ -286,3 +286,22 @@ fn hosts_of_locations() {
     assert_eq!(host("[::1]:7000"), "::1");
     assert_eq!(host("redis.example:1"), "redis.example");
 }
+
+/// A node's map is judged against the servers sick when the discovery
+/// began: no slots is no map, one naming a sick master is kept only
+/// as a last resort, any other is used.
+#[test]
+fn a_map_is_judged_by_its_slots_and_its_masters_health() {
+    let two = Reply::Array(vec![
+        range(0, 8191, node("::1", 7000)),
+        range(8192, 16383, node("::1", 7001)),
+    ]);
+    let map = parse_slots(&two, "::1").unwrap();
+    let sick: Location = "[::1]:7001".parse().unwrap();
+    let replica: Location = "[::1]:7002".parse().unwrap();
+    assert_eq!(judge(&map, &[]), Judged::Usable);
+    assert_eq!(judge(&map, &[&replica]), Judged::Usable);
+    assert_eq!(judge(&map, &[&sick]), Judged::NamesSick);
+    let empty = parse_slots(&Reply::Array(Vec::new()), "::1").unwrap();
+    assert_eq!(judge(&empty, &[&sick]), Judged::NoSlots);
+}
