@@ -37,6 +37,7 @@ impl Multiplexed {
     ) -> Result<Reply, RequestError<E>> {
         mine.start_driving();
         let mut conn = self.check_out(mine, checkout)?;
+        let mut released = Vec::new();
         loop {
             let state = self.write_queued(&mut conn, mine, stats)?;
             // Unlocked while reading, until this worker's own deadline
@@ -46,7 +47,7 @@ impl Multiplexed {
             let read = read_next(&mut conn, fence_next, Limit::by(mine.deadline));
             let mut state = self.state.lock();
             let routed = match read {
-                Ok(read) => state.route(read, mine),
+                Ok(read) => state.route(read, mine, &mut released),
                 // Woken early (a partial TLS record stays in rustls, a
                 // partial reply in the buffer): read on.
                 Err(Failure::Timeout) if !mine.due() => Ok(false),
@@ -54,8 +55,11 @@ impl Multiplexed {
                 Err(failure) => Err(failure),
             };
             match routed {
-                Ok(false) => {}
-                Ok(true) => return self.finish(state, conn, mine),
+                Ok(false) => {
+                    drop(state);
+                    wake(&mut released);
+                }
+                Ok(true) => return self.finish(state, conn, mine, released),
                 Err(failure) => return Err(self.condemn(&mut state, mine, failure)),
             }
         }
@@ -161,16 +165,17 @@ impl Multiplexed {
         }
     }
 
-    /// `mine` has its reply: the replies already read for others are put
-    /// in place (each hand-off costs the next driver a wake-up), then the
-    /// driving is passed on.
+    /// `mine` has its reply (it is among `released`): the replies already
+    /// read for others are put in place (each hand-off costs the next
+    /// driver a wake-up), then the driving is passed on.
     fn finish<E>(
         &self,
         mut state: MutexGuard<'_, State>,
         mut conn: Connection,
         mine: &Arc<Waiter>,
+        mut released: Vec<Arc<Waiter>>,
     ) -> Result<Reply, RequestError<E>> {
-        match route_buffered(&mut state, &mut conn, mine) {
+        match route_buffered(&mut state, &mut conn, mine, &mut released) {
             Ok(()) => {
                 self.pass_driving(&mut state, Some(conn));
             }
@@ -181,6 +186,7 @@ impl Multiplexed {
             }
         }
         drop(state);
+        wake(&mut released);
         mine.take()
             .expect("a released waiter holds its reply")
             .map_err(RequestError::Failed)
@@ -251,6 +257,7 @@ fn route_buffered(
     state: &mut State,
     conn: &mut Connection,
     mine: &Arc<Waiter>,
+    released: &mut Vec<Arc<Waiter>>,
 ) -> Result<(), Failure> {
     let now = Limit::by(Some(Instant::now()));
     while conn.has_buffered_reply() && !state.in_flight.is_empty() {
@@ -259,9 +266,17 @@ fn route_buffered(
             Err(Failure::Timeout) => break,
             Err(failure) => return Err(failure),
         };
-        state.route(read, mine)?;
+        state.route(read, mine, released)?;
     }
     Ok(())
+}
+
+/// Lets the released requests take their replies, and wakes their
+/// workers: outside the state lock.
+fn wake(released: &mut Vec<Arc<Waiter>>) {
+    for waiter in released.drain(..) {
+        waiter.release();
+    }
 }
 
 /// Reads the next reply, as the fence's if it is in a fence's place.

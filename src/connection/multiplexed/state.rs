@@ -140,9 +140,17 @@ impl State {
         }
     }
 
-    /// Puts one reply in its place (see `in_flight`); true when `mine`
-    /// was released by it.
-    pub(super) fn route(&mut self, read: Read, mine: &Arc<Waiter>) -> Result<bool, Failure> {
+    /// Puts one reply in its place (see `in_flight`). A fence that came
+    /// back as itself moves the requests of its batch, holding their
+    /// replies, to `released` (woken by the caller once it unlocked: each
+    /// wake-up is a system call, and the woken would wait for the lock);
+    /// true when `mine` is among them.
+    pub(super) fn route(
+        &mut self,
+        read: Read,
+        mine: &Arc<Waiter>,
+        released: &mut Vec<Arc<Waiter>>,
+    ) -> Result<bool, Failure> {
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
                 Some(InFlight::Request(waiter)) => {
@@ -157,7 +165,7 @@ impl State {
                 for entry in self.in_flight.drain(..=self.held) {
                     if let InFlight::Request(waiter) = entry {
                         released_mine |= Arc::ptr_eq(&waiter, mine);
-                        waiter.release();
+                        released.push(waiter);
                     }
                 }
                 self.held = 0;
