@@ -28,6 +28,7 @@
 //! share, and the rule that keeps every reply with its request),
 //! [`driver`] (writing, reading, deadlines, passing the driving on).
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -50,16 +51,20 @@ mod waiter;
 #[derive(Default)]
 pub(crate) struct Multiplexed {
     state: Mutex<State>,
+    /// `ROLE` was asked on the open connection: read before every
+    /// command, so not under the state lock, which the driver holds while
+    /// it puts replies in place.
+    role_asked: AtomicBool,
 }
 
 impl Multiplexed {
     /// Whether `ROLE` was asked on the open connection.
     pub(crate) fn role_asked(&self) -> bool {
-        self.state.lock().role_asked
+        self.role_asked.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_role_asked(&self) {
-        self.state.lock().role_asked = true;
+        self.role_asked.store(true, Ordering::Relaxed);
     }
 
     /// Requests (written but unanswered, or queued) right now.

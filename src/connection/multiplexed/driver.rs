@@ -3,6 +3,7 @@
 //! own has come or its deadline passes; then it passes the driving on.
 use std::fmt;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,7 +95,7 @@ impl Multiplexed {
             Ok(conn) => {
                 if idle_created != Some(conn.created()) {
                     let mut state = self.state.lock();
-                    state.role_asked = false;
+                    self.role_asked.store(false, Ordering::Relaxed);
                     state.identity = conn.identity().cloned();
                 }
                 Ok(conn)

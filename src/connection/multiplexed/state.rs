@@ -54,8 +54,6 @@ pub(super) struct State {
     pub(super) in_flight: VecDeque<InFlight>,
     /// How many requests at the front of `in_flight` hold their reply.
     pub(super) held: usize,
-    /// `ROLE` was asked on the open connection.
-    pub(super) role_asked: bool,
     /// [ext] The server the open connection reached (its `run_id`), given
     /// with each reply read on it.
     pub(super) identity: Option<Arc<str>>,
