@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Barrier;
 use std::time::Duration;
 
+use super::fence::Fences;
 use super::*;
 use crate::config::Protocol;
 use crate::connection::{ConnectError, Connector};
@@ -118,13 +119,13 @@ fn a_request_past_its_deadline_is_abandoned_alone_and_those_behind_it_get_their_
 /// GET`) cannot give back the next, on this multiplexer or another.
 #[test]
 fn every_fence_has_a_token_of_its_own() {
-    let (mut a, mut b) = (State::default(), State::default());
+    let (mut a, mut b) = (Fences::default(), Fences::default());
     let mut seen = std::collections::HashSet::new();
     for _ in 0..1000 {
-        assert!(seen.insert(a.next_fence().0), "a token came back");
-        assert!(seen.insert(b.next_fence().0), "a token came back");
+        assert!(seen.insert(a.next().0), "a token came back");
+        assert!(seen.insert(b.next().0), "a token came back");
     }
-    let fence = a.next_fence();
+    let fence = a.next();
     let mut packed = Vec::new();
     fence.pack_into(&mut packed);
     let token = std::str::from_utf8(&fence.0).unwrap();
@@ -132,7 +133,7 @@ fn every_fence_has_a_token_of_its_own() {
     assert_eq!(packed, self::packed(&["PING", token]));
     let reply = format!("${}\r\n{token}\r\n", token.len());
     assert!(fence.answered_by(reply.as_bytes()));
-    assert!(!a.next_fence().answered_by(reply.as_bytes()));
+    assert!(!a.next().answered_by(reply.as_bytes()));
     assert!(!fence.answered_by(&reply.as_bytes()[1..]));
 }
 

@@ -1,0 +1,313 @@
+//! The worker that drives: it takes the connection, writes what is queued
+//! with a fence after it, and reads replies into their places until its
+//! own has come or its deadline passes; then it passes the driving on.
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::MutexGuard;
+
+use super::fence::FenceToken;
+use super::state::{Read, State};
+use super::waiter::Waiter;
+use super::Multiplexed;
+use crate::connection::{Connection, Failure, Limit, ManageConnection, RequestError};
+use crate::protocol::Reply;
+use crate::stats::Stats;
+
+/// How the worker that drives gets the connection when nothing is in
+/// flight on it: its request's bounds for the server's manager.
+pub(super) struct Checkout<'m, E> {
+    pub(super) manager: &'m dyn ManageConnection<Error = E>,
+    /// The end of the whole command, for opening a connection.
+    pub(super) open_by: Option<Instant>,
+    /// The request's timeout, for preparing one.
+    pub(super) timeout: Option<Duration>,
+}
+
+impl Multiplexed {
+    /// Writes what is queued and reads replies, putting each in its place,
+    /// until `mine` has its reply; then passes the driving on.
+    pub(super) fn drive<E: fmt::Display>(
+        &self,
+        mine: &Arc<Waiter>,
+        stats: &Stats,
+        checkout: &Checkout<'_, E>,
+    ) -> Result<Reply, RequestError<E>> {
+        mine.start_driving();
+        let mut conn = self.check_out(mine, checkout)?;
+        // Workers released together at the last fence send their next
+        // commands at about the same time: on a quiet connection, let
+        // them queue first, to go in this batch. (On one CPU the driver
+        // would write its request alone, then the next driver the rest:
+        // a batch, a fence and a write per command or two.)
+        if self.state.lock().expects_company() {
+            std::thread::yield_now();
+        }
+        let mut released = Vec::new();
+        loop {
+            let state = self.write_queued(&mut conn, mine, stats)?;
+            // Unlocked while reading, until this worker's own deadline
+            // (the others' are theirs: see `State::in_flight`).
+            let fence_next = state.fence_next();
+            drop(state);
+            let read = read_next(&mut conn, fence_next, Limit::by(mine.deadline));
+            let mut state = self.state.lock();
+            let routed = match read {
+                Ok(read) => state.route(read, mine, &mut released),
+                // Woken early (a partial TLS record stays in rustls, a
+                // partial reply in the buffer): read on.
+                Err(Failure::Timeout) if !mine.due() => Ok(false),
+                Err(Failure::Timeout) => return Err(self.stop_at_deadline(&mut state, conn, mine)),
+                Err(failure) => Err(failure),
+            };
+            match routed {
+                Ok(false) => {
+                    drop(state);
+                    wake(&mut released);
+                }
+                Ok(true) => return self.finish(state, conn, mine, released),
+                Err(failure) => return Err(self.condemn(&mut state, mine, failure)),
+            }
+        }
+    }
+
+    /// The connection to drive: the one still owed replies, else the one
+    /// the manager checks out (the idle one if still usable, else a new
+    /// one). A failed connect fails the requests queued behind `mine`.
+    fn check_out<E: fmt::Display>(
+        &self,
+        mine: &Arc<Waiter>,
+        checkout: &Checkout<'_, E>,
+    ) -> Result<Connection, RequestError<E>> {
+        let (idle, quiet) = {
+            let mut state = self.state.lock();
+            (state.conn.take(), state.in_flight.is_empty())
+        };
+        let idle_created = idle.as_ref().map(Connection::created);
+        let checked_out = match idle {
+            // Replies still owed: this connection, whatever its age.
+            Some(conn) if !quiet => Ok(conn),
+            idle => {
+                let Checkout {
+                    manager,
+                    open_by,
+                    timeout,
+                } = checkout;
+                manager.checkout(&mut idle.into_iter(), *open_by, *timeout)
+            }
+        };
+        match checked_out {
+            Ok(conn) => {
+                if idle_created != Some(conn.created()) {
+                    let mut state = self.state.lock();
+                    *self.prepared.lock() = conn.prepared().clone();
+                    state.identity = conn.prepared().identity().cloned();
+                }
+                Ok(conn)
+            }
+            Err(err) => {
+                // The requests queued behind this one fail with it: the
+                // next of them to be retried connects again.
+                let mut state = self.state.lock();
+                state.unsent.clear();
+                for (waiter, _) in std::mem::take(&mut state.unsent_waiters) {
+                    if !Arc::ptr_eq(&waiter, mine) {
+                        let failure = io::Error::new(
+                            io::ErrorKind::NotConnected,
+                            format!("connecting failed: {err}"),
+                        );
+                        waiter.fail(Failure::Io(failure));
+                    }
+                }
+                self.pass_driving(&mut state, None);
+                Err(RequestError::Connect(err))
+            }
+        }
+    }
+
+    /// Writes the requests queued so far, a fence after them (nothing if
+    /// none is queued), and returns the state locked again.
+    fn write_queued<E>(
+        &self,
+        conn: &mut Connection,
+        mine: &Arc<Waiter>,
+        stats: &Stats,
+    ) -> Result<MutexGuard<'_, State>, RequestError<E>> {
+        let (batch, write_by) = self.state.lock().take_batch(stats);
+        let written = if batch.is_empty() {
+            Ok(())
+        } else {
+            // A write cut short leaves half a request on the stream: a
+            // failure for every request, whatever its cause.
+            conn.write_requests(&batch, Limit::by(write_by))
+                .map_err(|failure| match failure {
+                    Failure::Timeout => Failure::Io(io::ErrorKind::TimedOut.into()),
+                    failure => failure,
+                })
+        };
+        let mut state = self.state.lock();
+        state.reuse(batch);
+        match written {
+            Ok(()) => Ok(state),
+            Err(failure) => Err(self.condemn(&mut state, mine, failure)),
+        }
+    }
+
+    /// This driver's own deadline passed before its reply came: someone
+    /// else reads on, with theirs.
+    fn stop_at_deadline<E>(
+        &self,
+        state: &mut State,
+        conn: Connection,
+        mine: &Arc<Waiter>,
+    ) -> RequestError<E> {
+        mine.abandon();
+        if self.pass_driving(state, Some(conn)) {
+            RequestError::Collateral(Failure::Timeout)
+        } else {
+            // Nobody else waits: the connection, which still owes this
+            // reply, was closed.
+            RequestError::Failed(Failure::Timeout)
+        }
+    }
+
+    /// `mine` has its reply (it is among `released`): the replies already
+    /// read for others are put in place (each hand-off costs the next
+    /// driver a wake-up), then the driving is passed on.
+    fn finish<E>(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        mut conn: Connection,
+        mine: &Arc<Waiter>,
+        mut released: Vec<Arc<Waiter>>,
+    ) -> Result<Reply, RequestError<E>> {
+        match route_buffered(&mut state, &mut conn, mine, &mut released) {
+            Ok(()) => {
+                self.pass_driving(&mut state, Some(conn));
+            }
+            // Its own reply was in step (its fence came back): only the
+            // later ones are lost.
+            Err(failure) => {
+                self.condemn::<E>(&mut state, mine, failure);
+            }
+        }
+        drop(state);
+        wake(&mut released);
+        mine.take()
+            .expect("a released waiter holds its reply")
+            .map_err(RequestError::Failed)
+    }
+
+    /// Closes the connection (the caller drops it) after `failure`: every
+    /// request written on it fails, held replies included; requests not
+    /// written yet go to a new connection. Returns `mine`'s error.
+    fn condemn<E>(
+        &self,
+        state: &mut State,
+        mine: &Arc<Waiter>,
+        failure: Failure,
+    ) -> RequestError<E> {
+        let mut mine_failed = None;
+        for waiter in state.written() {
+            let theirs = copy(&failure);
+            if Arc::ptr_eq(waiter, mine) {
+                mine_failed = Some(theirs);
+            } else {
+                waiter.fail(theirs);
+            }
+        }
+        state.in_flight.clear();
+        state.held = 0;
+        self.pass_driving(state, None);
+        RequestError::Failed(mine_failed.unwrap_or(failure))
+    }
+
+    /// Ends this worker's driving: the oldest worker still waiting drives
+    /// next; with nobody waiting the connection goes back idle, unless it
+    /// still owes replies to abandoned requests (closed then).
+    /// Returns whether the connection stays open.
+    pub(super) fn pass_driving(&self, state: &mut State, conn: Option<Connection>) -> bool {
+        let next = state
+            .written()
+            .chain(state.unsent_waiters.iter().map(|(waiter, _)| waiter))
+            .find(|waiter| !waiter.abandoned())
+            .cloned();
+        match next {
+            Some(next) => {
+                let open = conn.is_some();
+                state.conn = conn;
+                next.drive_next();
+                open
+            }
+            None => {
+                // Only abandoned requests, if any, are left: no reply on
+                // this connection is wanted any more.
+                let owes = !state.in_flight.is_empty();
+                state.in_flight.clear();
+                state.held = 0;
+                state.unsent_waiters.clear();
+                state.unsent.clear();
+                state.conn = conn.filter(|_| !owes);
+                state.driving = false;
+                state.conn.is_some()
+            }
+        }
+    }
+}
+
+/// Puts in place the replies already buffered, as far as they go. Only
+/// what is buffered: a limit already spent never waits (a buffered RESP3
+/// push may be all there is), and running out of buffered bytes is no
+/// failure: the next driver reads.
+fn route_buffered(
+    state: &mut State,
+    conn: &mut Connection,
+    mine: &Arc<Waiter>,
+    released: &mut Vec<Arc<Waiter>>,
+) -> Result<(), Failure> {
+    let now = Limit::by(Some(Instant::now()));
+    while conn.has_buffered_reply() && !state.in_flight.is_empty() {
+        let read = match read_next(conn, state.fence_next(), now) {
+            Ok(read) => read,
+            Err(Failure::Timeout) => break,
+            Err(failure) => return Err(failure),
+        };
+        state.route(read, mine, released)?;
+    }
+    Ok(())
+}
+
+/// Lets the released requests take their replies, and wakes their
+/// workers: outside the state lock.
+fn wake(released: &mut Vec<Arc<Waiter>>) {
+    for waiter in released.drain(..) {
+        waiter.release();
+    }
+}
+
+/// Reads the next reply, as the fence's if it is in a fence's place.
+fn read_next(
+    conn: &mut Connection,
+    fence_next: Option<FenceToken>,
+    limit: Limit,
+) -> Result<Read, Failure> {
+    match fence_next {
+        Some(fence) => conn
+            .read_raw_reply(limit, |bytes| fence.judge(bytes))
+            .map(Read::Fence),
+        None => conn.read_reply(limit).map(Read::Reply),
+    }
+}
+
+/// The same failure for every request the connection took down with it.
+fn copy(failure: &Failure) -> Failure {
+    let io = |err: &io::Error| io::Error::new(err.kind(), err.to_string());
+    match failure {
+        Failure::HungUp(err) => Failure::HungUp(io(err)),
+        Failure::Timeout => Failure::Timeout,
+        Failure::Io(err) => Failure::Io(io(err)),
+        Failure::Protocol(err) => Failure::Protocol(err.clone()),
+    }
+}

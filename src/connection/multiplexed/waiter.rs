@@ -1,0 +1,102 @@
+//! One worker's request on the multiplexed connection: where the driver
+//! puts its reply, and how the worker is woken.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, Thread};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::connection::Failure;
+use crate::protocol::Reply;
+
+/// What one waiting request gets.
+pub(super) struct Waiter {
+    thread: Thread,
+    /// When its worker stops waiting (none: never).
+    pub(super) deadline: Option<Instant>,
+    /// Written by the driver; taken by the worker once `ready`.
+    result: Mutex<Option<Result<Reply, Failure>>>,
+    /// The server that gave the reply (its connection's identity).
+    pub(super) identity: Mutex<Option<Arc<str>>>,
+    /// The result may be taken: released after its fence, or a failure.
+    ready: AtomicBool,
+    /// The worker is to drive next (set under the state lock).
+    drive: AtomicBool,
+    /// The worker stopped waiting (set under the state lock): its reply
+    /// is dropped, and the driving is never handed to it.
+    abandoned: AtomicBool,
+}
+
+impl Waiter {
+    pub(super) fn new(deadline: Option<Instant>) -> Arc<Waiter> {
+        Arc::new(Waiter {
+            thread: thread::current(),
+            deadline,
+            result: Mutex::new(None),
+            identity: Mutex::new(None),
+            ready: AtomicBool::new(false),
+            drive: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    pub(super) fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Its worker stops waiting (under the state lock).
+    pub(super) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether its deadline has passed.
+    pub(super) fn due(&self) -> bool {
+        self.deadline.is_some_and(|due| due <= Instant::now())
+    }
+
+    /// Keeps a reply, not visible to the worker until released.
+    pub(super) fn hold(&self, reply: Reply, identity: Option<&Arc<str>>) {
+        if !self.abandoned() {
+            *self.identity.lock() = identity.cloned();
+            *self.result.lock() = Some(Ok(reply));
+        }
+    }
+
+    pub(super) fn release(&self) {
+        self.ready.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+
+    /// A failure, visible at once (it replaces a held reply).
+    pub(super) fn fail(&self, failure: Failure) {
+        if !self.abandoned() {
+            *self.result.lock() = Some(Err(failure));
+            self.release();
+        }
+    }
+
+    pub(super) fn take(&self) -> Option<Result<Reply, Failure>> {
+        if self.ready.load(Ordering::Acquire) {
+            self.result.lock().take()
+        } else {
+            None
+        }
+    }
+
+    /// Hands it the driving (under the state lock), and wakes it.
+    pub(super) fn drive_next(&self) {
+        self.drive.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+
+    /// Whether it was handed the driving.
+    pub(super) fn drives(&self) -> bool {
+        self.drive.load(Ordering::Acquire)
+    }
+
+    /// It takes up the driving it was handed.
+    pub(super) fn start_driving(&self) {
+        self.drive.store(false, Ordering::Relaxed);
+    }
+}
