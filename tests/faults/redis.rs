@@ -63,23 +63,24 @@ impl Redis {
             spawn,
             Duration::from_secs(10),
             Duration::from_millis(20),
-            || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+            || support::answers_pong(port, None),
         )?;
-        let mut child = server.into_child();
+        let child = server.into_child();
         self.pid = child.id() as i32;
         let what = match waited {
             Waited::Ready => {
                 self.child = Some(child);
                 return Ok(());
             }
-            Waited::Exited(status) => format!("exited ({status})"),
+            Waited::Exited(status) => {
+                unregister_pid(self.pid);
+                format!("exited ({status})")
+            }
             Waited::TimedOut => {
-                let _ = child.kill();
-                let _ = child.wait();
+                support::kill_child(child);
                 "not up after 10 s".to_string()
             }
         };
-        unregister_pid(self.pid);
         Err(format!(
             "redis-server on port {port} {what}:\n{}",
             tail_file(&self.log(), 20)
@@ -87,10 +88,8 @@ impl Redis {
     }
 
     pub(crate) fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            unregister_pid(self.pid);
+        if let Some(child) = self.child.take() {
+            support::kill_child(child);
         }
     }
 

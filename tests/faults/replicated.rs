@@ -130,7 +130,8 @@ pub(crate) fn start_sentinels(
         .map_err(|_| format!("the first master is given by address, not {}", first.host))?;
     let mut sentinels = Sentinels(Vec::new());
     for s in ["s1", "s2", "s3"] {
-        let one = sentinel::start(dir, s, first.name, (first_ip, first.port), extra, None)?;
+        let at = (first_ip, first.port);
+        let one = sentinel::start(dir, s, first.name, at, None, || Ok(extra.to_vec()))?;
         register_pid(one.child.id() as i32, "redis-sentinel");
         let port = one.port;
         sentinels.0.push((one, port));

@@ -148,6 +148,20 @@ pub fn stop_child(mut child: Child, name: &str, grace: Duration) {
     unregister_pid(pid);
 }
 
+/// SIGKILL (no SIGTERM first: a trial's crash of Redis), reaped, its PID
+/// forgotten.
+pub fn kill_child(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+    unregister_pid(child.id() as i32);
+}
+
+/// Whether the server (or Sentinel) on 127.0.0.1:`port` answers PING with
+/// PONG.
+pub fn answers_pong(port: u16, password: Option<&str>) -> bool {
+    redis_cmd(port, password, &["PING"]).is_ok_and(|r| r == "+PONG")
+}
+
 // ---------------------------------------------------------------------------
 // Files and directories
 
@@ -162,6 +176,13 @@ pub fn make_dir(dir: &Path) -> Res<()> {
 pub fn write_public(path: &Path, text: &str) -> Res<()> {
     fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// Writes a script runnable by all (0755).
+pub fn write_script(path: &Path, text: &str) -> Res<()> {
+    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 

@@ -15,7 +15,9 @@ use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, redis_cmd, write_public, RedisConfig, RedisServer, TlsPort, Waited};
+use crate::support::{
+    self, redis_cmd, write_public, OnPort, RedisConfig, RedisServer, TlsPort, Waited,
+};
 
 /// A master unreachable this long is down for a Sentinel (`+sdown`).
 pub const DOWN_AFTER_MS: u32 = 500;
@@ -48,20 +50,48 @@ pub struct Expected {
     pub password: Option<String>,
 }
 
-/// Starts a Sentinel monitoring `master_at` as `master`; `extra` are
-/// redis-server options added to its command line, but [`BY_NAME`].
+/// Ports a Sentinel's start tries: one taken between the pick and the
+/// bind (its own, or a TLS port among its options) fails only that
+/// attempt.
+pub const START_ATTEMPTS: usize = 5;
+
+/// Starts a Sentinel monitoring `master_at` as `master` on a free port,
+/// on another one (with its options asked again from `options`, so that
+/// a port among them is picked afresh too) while the port is taken,
+/// [`START_ATTEMPTS`] in all. The options are redis-server's, added to
+/// its command line, but [`BY_NAME`].
 pub fn start(
     dir: &Path,
     name: &str,
     master: &str,
     master_at: (Ipv4Addr, u16),
+    password: Option<&str>,
+    mut options: impl FnMut() -> Result<Vec<String>, String>,
+) -> Result<Started, String> {
+    support::on_free_port(START_ATTEMPTS, |port| {
+        let extra = options()?;
+        match start_on(dir, name, master, master_at, port, &extra, password) {
+            Ok(started) => Ok(OnPort::Up(started)),
+            Err(e) if e.contains("Address already in use") => Ok(OnPort::Retry(e)),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// One attempt of [`start`], on `port`.
+fn start_on(
+    dir: &Path,
+    name: &str,
+    master: &str,
+    master_at: (Ipv4Addr, u16),
+    port: u16,
     extra: &[String],
     password: Option<&str>,
 ) -> Result<Started, String> {
     // Sentinel rewrites its configuration file: one per Sentinel, in the
     // test's directory.
     let conf = dir.join(format!("{name}.conf"));
-    let (ip, port) = master_at;
+    let (master_ip, master_port) = master_at;
     let by_name = extra.iter().any(|arg| arg == BY_NAME);
     let extra: Vec<String> = extra
         .iter()
@@ -73,12 +103,12 @@ pub fn start(
         let yes = "sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n";
         (yes, "localhost".to_string())
     } else {
-        ("", ip.to_string())
+        ("", master_ip.to_string())
     };
     write_public(
         &conf,
         &format!(
-            "{hostnames}sentinel monitor {master} {host} {port} {QUORUM}\n\
+            "{hostnames}sentinel monitor {master} {host} {master_port} {QUORUM}\n\
              sentinel down-after-milliseconds {master} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {master} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {master} 2\n"
@@ -91,10 +121,9 @@ pub fn start(
     let out_file = fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
     let mut config = RedisConfig::new(data);
-    config.port = support::free_port()?;
+    config.port = port;
     config.log = Some(log.clone());
     config.sentinel_conf = Some(conf);
-    let port = config.port;
     let spawn = |cmd: &mut std::process::Command| {
         cmd.current_dir(dir)
             .stdin(Stdio::null())
@@ -109,7 +138,7 @@ pub fn start(
         spawn,
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || redis_cmd(port, password, &["PING"]).is_ok_and(|r| r == "+PONG"),
+        || support::answers_pong(port, password),
     )?;
     let child = server.into_child();
     let started = Started {

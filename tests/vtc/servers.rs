@@ -41,10 +41,9 @@ pub(crate) fn start_sentinel(
     let password = password_of(&expanded);
     // Ports picked afresh on each attempt (as start_redis does): one taken
     // between the pick and the bind fails only that attempt.
-    let mut attempt = 0;
-    let (started, tls_port, tls_mode_port) = loop {
-        attempt += 1;
-        let (tls_port, tls_mode_port) = match (*tls, mode.tls) {
+    let (mut tls_port, mut tls_mode_port) = (None, None);
+    let options = || {
+        (tls_port, tls_mode_port) = match (*tls, mode.tls) {
             (true, _) => (Some(support::free_port()?), None),
             (false, true) => (None, Some(support::free_port()?)),
             (false, false) => (None, None),
@@ -55,12 +54,10 @@ pub(crate) fn start_sentinel(
             _ => Vec::new(),
         };
         options.extend(expanded.iter().cloned());
-        match sentinel::start(dir, name, master, at, &options, password.as_deref()) {
-            Ok(started) => break (started, tls_port, tls_mode_port),
-            Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {}
-            Err(e) => return Err(format!("{e}{}", fx.logs())),
-        }
+        Ok(options)
     };
+    let started = sentinel::start(dir, name, master, at, password.as_deref(), options)
+        .map_err(|e| format!("{e}{}", fx.logs()))?;
     let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
     let client_port = tls_mode_port.unwrap_or(port);
     ports.insert(name.clone(), (host, client_port));
@@ -341,10 +338,7 @@ pub(crate) fn write_restart_script(
         cli = support::cli_program(),
     );
     let path = dir.join(format!("{name}.restart"));
-    support::write_public(&path, &script)?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
+    support::write_script(&path, &script)
 }
 
 /// Whether the server answers PING (and is not loading its data); what it
