@@ -96,9 +96,9 @@ impl Node {
                 }));
             }
             stop_child(child, "redis-server", Duration::from_secs(5));
-            let log = fs::read_to_string(&log).unwrap_or_default();
             Ok(support::OnPort::Retry(format!(
-                "redis-server {name} did not start:\n{log}"
+                "redis-server {name} did not start:\n{}",
+                support::tail_file(&log, 40)
             )))
         })
     }

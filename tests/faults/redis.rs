@@ -63,7 +63,7 @@ impl Redis {
             spawn,
             Duration::from_secs(10),
             Duration::from_millis(20),
-            || support::answers_pong(port, None),
+            || support::pings(Ipv4Addr::LOCALHOST, port, None).is_ok(),
         )?;
         let child = server.into_child();
         self.pid = child.id() as i32;

@@ -138,7 +138,7 @@ fn start_on(
         spawn,
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || support::answers_pong(port, password),
+        || support::pings(Ipv4Addr::LOCALHOST, port, password).is_ok(),
     )?;
     let child = server.into_child();
     let started = Started {

@@ -268,7 +268,13 @@ pub(crate) fn start_redis(
             spawn,
             PING_DEADLINE,
             Duration::from_millis(50),
-            || pings(host, port, &mut last_ping),
+            || {
+                let up = support::pings(host, port, None);
+                if let Err(e) = &up {
+                    last_ping.clone_from(e);
+                }
+                up.is_ok()
+            },
         )?;
         let mut srv = Server {
             name: name.to_string(),
@@ -317,13 +323,8 @@ pub(crate) fn write_restart_script(
     port: u16,
     cmd: &Command,
 ) -> Result<(), String> {
-    let quote =
-        |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
-    let mut line = quote(cmd.get_program());
-    for arg in cmd.get_args() {
-        line.push(' ');
-        line.push_str(&quote(arg));
-    }
+    let quote = |path: &Path| support::shell_quote(&path.to_string_lossy());
+    let line = support::command_line(cmd);
     let pidfile = restarted_pidfile(dir, name);
     let script = format!(
         "#!/bin/bash\ncd {dir} || exit 1\n\
@@ -333,28 +334,12 @@ pub(crate) fn write_restart_script(
          {line} --daemonize yes --pidfile {pidfile} || exit 1\n\
          for i in $(seq 100); do {cli} -h {host} -p {port} PING >/dev/null 2>&1 && exit 0; sleep 0.1; done\n\
          echo 'redis {name} not up after restart' >&2; exit 1\n",
-        dir = quote(dir.as_os_str()),
-        pidfile = quote(pidfile.as_os_str()),
+        dir = quote(dir),
+        pidfile = quote(&pidfile),
         cli = support::cli_program(),
     );
     let path = dir.join(format!("{name}.restart"));
     support::write_script(&path, &script)
-}
-
-/// Whether the server answers PING (and is not loading its data); what it
-/// said instead goes to `last`.
-pub(crate) fn pings(host: Ipv4Addr, port: u16, last: &mut String) -> bool {
-    match redis_cmd_at(host, port, None, &["PING"]) {
-        Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
-        Ok(r) => {
-            *last = format!("PING: {r:?}");
-            false
-        }
-        Err(e) => {
-            *last = format!("PING: {e}");
-            false
-        }
-    }
 }
 
 /// How the wait for PING ended, as an error when it did not answer.
