@@ -60,7 +60,6 @@ impl Nodes {
     /// node (none in handshake), 10 s at most.
     pub(crate) fn add_master(&mut self, name: &str) -> Res<()> {
         let sub = self.dir.join(name);
-        make_dir(&sub)?;
         let redis = Redis::start_with(&sub, &cluster::node_args(&self.extra))?;
         let port = redis.port;
         self._others.push(redis);
@@ -166,7 +165,6 @@ pub(crate) fn start_with(
     let mut started: Vec<Redis> = Vec::new();
     let macros = cluster::start(&dir, NAME, &extra, &mut |node, args| {
         let sub = dir.join(node);
-        make_dir(&sub)?;
         let redis = Redis::start_with(&sub, args)?;
         let started_at = cluster::Node::plain(redis.port, redis.pid as u32);
         started.push(redis);

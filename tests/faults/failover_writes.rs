@@ -111,7 +111,6 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     }
     let so = support::vmod_so()?;
     let dir = support::trial_dir(&name)?;
-    make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
     let count = if failover == Failover::Command { 1 } else { 2 };
     let names = &["r1", "r2"][..count];

@@ -15,13 +15,15 @@ pub(crate) struct Redis {
 }
 
 impl Redis {
-    /// Starts on a free port (tries a few).
+    /// Starts on a free port (tries a few), its files in `dir`.
     pub(crate) fn start(dir: &Path) -> Res<Redis> {
         Redis::start_with(dir, &[])
     }
 
-    /// [`Redis::start`] with more redis-server options.
+    /// [`Redis::start`] with more redis-server options. `dir` (its log,
+    /// its data directory) is made if need be.
     pub(crate) fn start_with(dir: &Path, args: &[String]) -> Res<Redis> {
+        make_dir(dir)?;
         support::on_free_port(5, |port| {
             let mut redis = Redis {
                 dir: dir.to_path_buf(),

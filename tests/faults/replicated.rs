@@ -80,7 +80,6 @@ pub(crate) fn start_replicas(
     let mut replicas = Vec::new();
     for name in names {
         let sub = dir.join(name);
-        make_dir(&sub)?;
         let mut args = args.to_vec();
         args.extend(["--replicaof".into(), host.into(), master_port.to_string()]);
         replicas.push(Redis::start_with(&sub, &args)?);

@@ -13,7 +13,6 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     let so = support::vmod_so()?;
     let dir = support::trial_dir(&name)?;
     // A master, two replicas, three Sentinels.
-    make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
     let replicas = start_replicas(&dir, &["r1", "r2"], "127.0.0.1", master.port, &[])?;
     let watched = Watched {

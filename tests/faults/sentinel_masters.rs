@@ -39,7 +39,6 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
     let mut replicas = Vec::new();
     for (i, _) in MASTERS.iter().enumerate() {
         let sub = dir.join(format!("m{i}"));
-        make_dir(&sub)?;
         let master = Redis::start_with(&sub, &announce)?;
         let name = format!("r{i}");
         replicas.extend(start_replicas(

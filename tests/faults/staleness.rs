@@ -400,6 +400,29 @@ pub(crate) fn stale_db(mode: Mode) -> DbSpec {
     db
 }
 
+/// What an s13 trial on servers of its own begins with, once the
+/// checker passed its self-test: its name (`s13-<label>-<mode>`), its
+/// database, the module and its directory.
+pub(crate) struct StaleTrial {
+    pub(crate) name: String,
+    pub(crate) db: DbSpec,
+    pub(crate) so: PathBuf,
+    pub(crate) dir: PathBuf,
+}
+
+impl StaleTrial {
+    pub(crate) fn begin(label: &str, mode: Mode) -> Res<StaleTrial> {
+        checker_self_test()?;
+        let name = format!("s13-{label}-{}", mode.name());
+        Ok(StaleTrial {
+            db: stale_db(mode),
+            so: support::vmod_so()?,
+            dir: support::trial_dir(&name)?,
+            name,
+        })
+    }
+}
+
 /// Seconds of load of a staleness trial.
 pub(crate) const DURATION: f64 = 10.0;
 

@@ -5,7 +5,7 @@
 //! proxies of `proxy.rs`.
 use super::proxy::Proxy;
 use super::staleness::{near_cache_counters, Clock};
-use super::staleness_history::{checker_self_test, staleness_bound, History, ReplicaPoll};
+use super::staleness_history::{staleness_bound, History, ReplicaPoll};
 use super::*;
 use parking_lot::Mutex;
 
@@ -28,11 +28,7 @@ const POLL: Duration = Duration::from_millis(10);
 /// (and 100 ms for the counters' read) after the freeze until it ends,
 /// and hits again from 1 s after.
 pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-frozen-link-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("frozen-link", mode)?;
     let redis = Redis::start(&dir)?;
     let redis_port = redis.port;
     let proxy = Proxy::start(&[redis_port], Duration::ZERO)?;
@@ -79,7 +75,6 @@ pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Fai
 /// that delays the master's stream by [`LAG`] (once in sync).
 fn lagging_replica(dir: &Path) -> Result<(Redis, Proxy, Redis), Failed> {
     let args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
-    make_dir(&dir.join("m"))?;
     let master = Redis::start_with(&dir.join("m"), &args)?;
     let link = Proxy::start(&[master.port], Duration::ZERO)?;
     let mut replicas = start_replicas(dir, &["r1"], "127.0.0.1", link.port, &args)?;
@@ -184,15 +179,11 @@ pub(crate) enum Lagging {
 /// 10 ms) saw it, so the bound is on how much staler than the replica a
 /// read is (`History::as_replica_held`).
 pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> Result<(), Failed> {
-    checker_self_test()?;
     let label = match lagging {
         Lagging::Balanced => "balanced",
         Lagging::Listed => "replica-lag",
     };
-    let name = format!("s13-{label}-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin(label, mode)?;
     let (master, _link, replica) = lagging_replica(&dir)?;
     let (master_port, replica_port) = (master.port, replica.port);
     let balancer = match lagging {

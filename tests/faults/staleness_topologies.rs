@@ -39,7 +39,6 @@ fn replication(port: u16, field: &str) -> String {
 /// diskless delay: the old master resyncs after the failover).
 fn master_and_replica(dir: &Path) -> Result<(Redis, Redis), Failed> {
     let args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
-    make_dir(&dir.join("m"))?;
     let master = Redis::start_with(&dir.join("m"), &args)?;
     let mut replicas = start_replicas(dir, &["r1"], "127.0.0.1", master.port, &args)?;
     Ok((master, replicas.remove(0)))
@@ -61,11 +60,7 @@ fn within_bound(mut done: impl FnMut() -> bool) -> bool {
 /// (the replica serves them, tracked on the replica), writes to the
 /// master (direct, and through Varnish with `execute()`).
 pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-replica-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("replica", mode)?;
     let (master, replica_server) = master_and_replica(&dir)?;
     let replica = replica_server.port;
     let base = vcl(&so, master.port, std::slice::from_ref(&db), &name);
@@ -98,11 +93,7 @@ pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed>
 /// one the writes resume there: a write acknowledged by the old master
 /// after the switch would be lost by replication, not by the cache.
 pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-sentinel-failover-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("sentinel-failover", mode)?;
     let (master, replica_server) = master_and_replica(&dir)?;
     let watched = Watched {
         name: MASTER,
