@@ -67,6 +67,24 @@ pub(crate) struct StaleTarget {
     pub(crate) absent: Vec<usize>,
 }
 
+impl StaleTarget {
+    /// Varnish at `port` in front of the one server at `redis_port` that
+    /// takes the direct writes; every key exists from the start.
+    pub(crate) fn one_server(
+        port: u16,
+        read_path: fn(usize) -> &'static str,
+        redis_port: u16,
+    ) -> StaleTarget {
+        StaleTarget {
+            port,
+            keys: key_names(),
+            read_path,
+            direct: direct_to(Arc::new(redis_port.into())),
+            absent: Vec::new(),
+        }
+    }
+}
+
 /// Direct writes to the Redis at `port` (whichever it is when written:
 /// the trial may move it), on one connection kept while it works.
 pub(crate) fn direct_to(port: Arc<std::sync::atomic::AtomicU16>) -> Box<dyn Fn() -> DirectWrite> {
@@ -348,13 +366,11 @@ pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
         std::slice::from_ref(&db),
     )?;
     let redis_port = s.redis.port;
-    let mut load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/get/",
-        direct: direct_to(Arc::new(redis_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/get/",
+        redis_port,
+    ))?;
     match event {
         StaleEvent::FlushAndKillTracking => {
             load.sleep_until(3.5);

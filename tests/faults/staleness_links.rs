@@ -36,13 +36,7 @@ pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Fai
     let mut s = Setup::with_vcl(&name, &dir, redis, &text, &[redis_port])?;
     let port = s.varnish.port;
     let hits = || near_cache_counters(port).map(|c| c["hits"]);
-    let mut load = StaleLoad::start(StaleTarget {
-        port,
-        keys: key_names(),
-        read_path: |_| "/db/get/",
-        direct: direct_to(Arc::new(redis_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(port, |_| "/db/get/", redis_port))?;
     load.sleep_until(FREEZE_AT);
     let frozen_at = load.at();
     proxy.freeze_tracking(true);
@@ -199,13 +193,11 @@ pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> 
     };
     let mut s = Setup::with_vcl(&name, &dir, master, &text, &[master_port, replica_port])?;
     let gets_before = (gets(master_port), gets(replica_port));
-    let mut load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/rget/",
-        direct: direct_to(Arc::new(master_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/rget/",
+        master_port,
+    ))?;
     let watch = ReplicaWatch::start(replica_port, &key_names(), load.clock.clone());
     load.sleep_until(LAG_LOAD);
     let polls = watch.stop();

@@ -69,13 +69,11 @@ pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed>
     let mut s = Setup::with_vcl(&name, &dir, master, &text, &ports)?;
     let master_port = s.redis.port;
     let (on_master, on_replica) = (gets(master_port), gets(replica));
-    let load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/rget/",
-        direct: direct_to(Arc::new(master_port.into())),
-        absent: Vec::new(),
-    })?;
+    let load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/rget/",
+        master_port,
+    ))?;
     load.sleep_until(DURATION);
     let (on_master, on_replica) = (gets(master_port) - on_master, gets(replica) - on_replica);
     load.finish(&mut s, true)?;
