@@ -72,22 +72,20 @@ impl Nodes {
         known.push(port);
         let deadline = Instant::now() + Duration::from_secs(10);
         for &node in &known {
-            loop {
+            let knows = || {
                 let text = cluster::ask(node, &["CLUSTER", "NODES"])?;
                 let settled = text.lines().count() == known.len()
                     && !text.contains("handshake")
                     && !text.contains("noaddr")
                     && text.contains(&id);
-                if settled {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
+                match settled {
+                    true => Ok(()),
+                    false => Err(format!(
                         "node {name} not known by {node} within 10 s:\n{text}"
-                    ));
+                    )),
                 }
-                thread::sleep(Duration::from_millis(20));
-            }
+            };
+            support::poll_until(deadline, Duration::from_millis(20), knows)?;
         }
         for (what, value) in [("port", port.to_string()), ("id", id)] {
             self.macros.push((format!("{NAME}_{name}_{what}"), value));

@@ -85,20 +85,15 @@ pub(crate) fn start_replicas(
         replicas.push(Redis::start_with(&sub, &args)?);
     }
     let linked = Instant::now() + Duration::from_secs(20);
-    let unlinked = |r: &&Redis| {
-        redis_cmd(r.port, None, &["INFO", "replication"])
-            .map_or(true, |i| !i.contains("master_link_status:up"))
-    };
-    while let Some(r) = replicas.iter().find(unlinked) {
-        if Instant::now() > linked {
-            return Err(format!(
+    for r in &replicas {
+        let up = || support::replica_linked(Ipv4Addr::LOCALHOST, r.port, None);
+        support::poll_until(linked, Duration::from_millis(50), up).map_err(|_| {
+            format!(
                 "replica on port {} not linked within 20 s:\n{}",
                 r.port,
                 tail_file(&r.log(), 20)
             )
-            .into());
-        }
-        thread::sleep(Duration::from_millis(50));
+        })?;
     }
     Ok(replicas)
 }

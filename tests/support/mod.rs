@@ -224,6 +224,38 @@ pub fn pings(host: Ipv4Addr, port: u16, password: Option<&str>) -> Res<()> {
 }
 
 // ---------------------------------------------------------------------------
+// Waiting for a server to reach a state
+
+/// Asks `check` every `poll` until it says Ok, or `deadline` has passed:
+/// then the last thing it said.
+pub fn poll_until(
+    deadline: Instant,
+    poll: Duration,
+    mut check: impl FnMut() -> Res<()>,
+) -> Res<()> {
+    loop {
+        let last = match check() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        thread::sleep(poll);
+    }
+}
+
+/// Whether the replica at `host`:`port` has its link to its master up
+/// (`master_link_status:up`); if not, what `INFO replication` said.
+pub fn replica_linked(host: Ipv4Addr, port: u16, password: Option<&str>) -> Res<()> {
+    match redis_cmd_at(host, port, password, &["INFO", "replication"]) {
+        Ok(r) if r.contains("master_link_status:up") => Ok(()),
+        Ok(r) => Err(r),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Files and directories
 
 /// `create_dir_all`, then mode 0755 (varnishd drops privileges).

@@ -12,7 +12,6 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{
@@ -193,26 +192,23 @@ fn count(reply: &str) -> usize {
 pub fn wait_ready(all: &[Expected]) -> Result<(), String> {
     let deadline = Instant::now() + READY_DEADLINE;
     for s in all {
-        loop {
-            let password = s.password.as_deref();
-            let ask = |what: &str| {
-                redis_cmd(s.port, password, &["SENTINEL", what, &s.master]).map_or(0, |r| count(&r))
-            };
+        let password = s.password.as_deref();
+        let ask = |what: &str| {
+            redis_cmd(s.port, password, &["SENTINEL", what, &s.master]).map_or(0, |r| count(&r))
+        };
+        support::poll_until(deadline, Duration::from_millis(100), || {
             let (replicas, sentinels) = (ask("replicas"), ask("sentinels"));
             if replicas >= s.replicas && sentinels >= s.sentinels {
-                break;
+                return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "sentinel {}: knows {replicas} of {} replicas and {sentinels} of {} other sentinels after {} s",
-                    s.name,
-                    s.replicas,
-                    s.sentinels,
-                    READY_DEADLINE.as_secs()
-                ));
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+            Err(format!(
+                "sentinel {}: knows {replicas} of {} replicas and {sentinels} of {} other sentinels after {} s",
+                s.name,
+                s.replicas,
+                s.sentinels,
+                READY_DEADLINE.as_secs()
+            ))
+        })?;
     }
     Ok(())
 }

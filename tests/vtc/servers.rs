@@ -376,19 +376,11 @@ pub(crate) fn wait_replica_up(
     password: Option<String>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + REPLICA_DEADLINE;
-    let mut last;
-    loop {
-        match redis_cmd_at(host, port, password.as_deref(), &["INFO", "replication"]) {
-            Ok(r) if r.contains("master_link_status:up") => return Ok(()),
-            Ok(r) => last = r,
-            Err(e) => last = e.to_string(),
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "master_link_status not up after {} s; last INFO replication:\n{last}",
-                REPLICA_DEADLINE.as_secs()
-            ));
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
+    let linked = || support::replica_linked(host, port, password.as_deref());
+    support::poll_until(deadline, Duration::from_millis(100), linked).map_err(|last| {
+        format!(
+            "master_link_status not up after {} s; last INFO replication:\n{last}",
+            REPLICA_DEADLINE.as_secs()
+        )
+    })
 }
