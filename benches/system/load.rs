@@ -114,7 +114,7 @@ pub(crate) fn s1_load(o: &Opts, url: &str, secs: u32, kind: &str) -> Res<Load> {
         }
     };
     record(kind, &cmd);
-    let (ok, out) = run_capture(&mut cmd, "load generator")?;
+    let (ok, out) = support::run_capture(&mut cmd, "load generator", None)?;
     if !ok {
         return Err(format!("{}: failed:\n{out}", command_line(&cmd)));
     }

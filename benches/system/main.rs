@@ -145,8 +145,8 @@ use std::process::{Child, Command as Process, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::{
-    cleanup_all, info_field, make_dir, spawn, stop_child, unregister_pid, RedisConfig, RedisConn,
-    RedisServer, Res, Resp, TlsPort, Varnishd, Waited,
+    cleanup_all, command_line, info_field, make_dir, spawn, stop_child, unregister_pid,
+    RedisConfig, RedisConn, RedisServer, Res, Resp, TlsPort, Varnishd, Waited,
 };
 
 const THEIRS_PKG: &str = "varnish-redis";

@@ -37,7 +37,7 @@ pub(crate) fn pin_pid(pid: i32, cpu: u32) -> Res<()> {
     let mut cmd = Process::new("taskset");
     cmd.args(["-a", "-c", "-p", &cpu.to_string(), &pid.to_string()]);
     record("taskset varnishd", &cmd);
-    let (ok, out) = run_capture(&mut cmd, "taskset")?;
+    let (ok, out) = support::run_capture(&mut cmd, "taskset", None)?;
     if ok {
         Ok(())
     } else {

@@ -38,40 +38,9 @@ pub(crate) fn reap(mut child: Child) -> Res<std::process::Output> {
 
 pub(crate) static COMMANDS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
-pub(crate) fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-pub(crate) fn command_line(cmd: &Process) -> String {
-    let mut line = shell_quote(&cmd.get_program().to_string_lossy());
-    for arg in cmd.get_args() {
-        line.push(' ');
-        line.push_str(&shell_quote(&arg.to_string_lossy()));
-    }
-    line
-}
-
 pub(crate) fn record(kind: &str, cmd: &Process) {
     let mut commands = COMMANDS.lock();
     if !commands.iter().any(|(k, _)| k == kind) {
         commands.push((kind.to_owned(), command_line(cmd)));
     }
-}
-
-/// Runs a short command to completion and returns its stdout + stderr.
-pub(crate) fn run_capture(cmd: &mut Process, name: &str) -> Res<(bool, String)> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = reap(spawn(cmd, name)?)?;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.success(), text))
 }

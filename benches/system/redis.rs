@@ -7,6 +7,8 @@ use super::*;
 pub(crate) struct Node {
     child: Option<Child>,
     pub(crate) port: u16,
+    /// Its TLS port, if its configuration has one.
+    tls_port: Option<u16>,
     pub(crate) probe: Probe,
     /// connected_clients with no VMOD connected: the probe, and a
     /// replica's link to its master.
@@ -43,8 +45,9 @@ impl RedisUse {
 }
 
 impl Node {
-    /// `config` on a free port (5 tried) with `args`: up once the probe
-    /// connection gets PONG.
+    /// `config` on a free port (5 tried; its TLS port, if any, picked
+    /// afresh each time too) with `args`: up once the probe connection
+    /// gets PONG.
     fn start(
         dir: &Path,
         name: &str,
@@ -59,6 +62,9 @@ impl Node {
         config.log = Some(log.clone());
         support::on_free_port(5, |port| {
             config.port = port;
+            if let Some(tls) = &mut config.tls {
+                tls.port = support::free_port()?;
+            }
             let spawn = |cmd: &mut Process| {
                 let mut pinned = on_load_cpu(pin, cmd);
                 let cmd = pinned.as_mut().unwrap_or(cmd);
@@ -91,14 +97,15 @@ impl Node {
                 return Ok(support::OnPort::Up(Node {
                     child: Some(child),
                     port,
+                    tls_port: config.tls.as_ref().map(|tls| tls.port),
                     probe,
                     idle_clients: 0,
                 }));
             }
             stop_child(child, "redis-server", Duration::from_secs(5));
-            let log = fs::read_to_string(&log).unwrap_or_default();
             Ok(support::OnPort::Retry(format!(
-                "redis-server {name} did not start:\n{log}"
+                "redis-server {name} did not start:\n{}",
+                support::tail_file(&log, 40)
             )))
         })
     }
@@ -147,21 +154,23 @@ impl Redis {
         let sock = dir.join("redis.sock");
         let mut config = RedisConfig::new(dir);
         config.socket = Some(sock.clone());
-        let tls = if tls {
+        let ca = if tls {
             let m = tls_material::write_material(dir)?;
-            let port = support::free_port()?;
             config.tls = Some(TlsPort {
-                port,
+                port: 0,
                 cert: m.server_cert,
                 key: m.server_key,
                 ca: m.ca.clone(),
                 auth_clients: "no",
             });
-            Some(BenchTls { port, ca: m.ca })
+            Some(m.ca)
         } else {
             None
         };
         let node = Node::start(dir, "redis", config, &[], pin)?;
+        let tls = ca
+            .zip(node.tls_port)
+            .map(|(ca, port)| BenchTls { port, ca });
         Redis {
             nodes: vec![node],
             cluster: false,

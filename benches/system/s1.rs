@@ -52,7 +52,7 @@ pub(crate) fn redis_benchmark(
     .args(["-n", &o.rb_requests.to_string(), "--csv"])
     .args(extra);
     record(kind, &cmd);
-    let (ok, out) = run_capture(&mut cmd, "redis-benchmark")?;
+    let (ok, out) = support::run_capture(&mut cmd, "redis-benchmark", None)?;
     if !ok {
         return Err(format!("redis-benchmark failed:\n{out}"));
     }

@@ -327,7 +327,7 @@ pub(crate) fn measure(
     let url = format!("http://127.0.0.1:{}/", v.port);
     let mut warm = wrk_cmd(o.pin, o.s2_threads, o.s2_conns, o.s2_warm, &url);
     record("S2 warm-up", &warm);
-    let (ok, out) = run_capture(&mut warm, "wrk")?;
+    let (ok, out) = support::run_capture(&mut warm, "wrk", None)?;
     if !ok {
         return Err(format!("wrk warm-up failed:\n{out}"));
     }

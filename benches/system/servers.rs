@@ -114,7 +114,7 @@ impl Varnish {
         let mut cmd = Process::new("varnishstat");
         cmd.arg("-n").arg(&self.workdir).args(["-1", "-f", field]);
         record("varnishstat", &cmd);
-        let (ok, out) = run_capture(&mut cmd, "varnishstat").ok()?;
+        let (ok, out) = support::run_capture(&mut cmd, "varnishstat", None).ok()?;
         if !ok {
             return None;
         }

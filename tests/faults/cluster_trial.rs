@@ -60,7 +60,6 @@ impl Nodes {
     /// node (none in handshake), 10 s at most.
     pub(crate) fn add_master(&mut self, name: &str) -> Res<()> {
         let sub = self.dir.join(name);
-        make_dir(&sub)?;
         let redis = Redis::start_with(&sub, &cluster::node_args(&self.extra))?;
         let port = redis.port;
         self._others.push(redis);
@@ -73,22 +72,20 @@ impl Nodes {
         known.push(port);
         let deadline = Instant::now() + Duration::from_secs(10);
         for &node in &known {
-            loop {
+            let knows = || {
                 let text = cluster::ask(node, &["CLUSTER", "NODES"])?;
                 let settled = text.lines().count() == known.len()
                     && !text.contains("handshake")
                     && !text.contains("noaddr")
                     && text.contains(&id);
-                if settled {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
+                match settled {
+                    true => Ok(()),
+                    false => Err(format!(
                         "node {name} not known by {node} within 10 s:\n{text}"
-                    ));
+                    )),
                 }
-                thread::sleep(Duration::from_millis(20));
-            }
+            };
+            support::poll_until(deadline, Duration::from_millis(20), knows)?;
         }
         for (what, value) in [("port", port.to_string()), ("id", id)] {
             self.macros.push((format!("{NAME}_{name}_{what}"), value));
@@ -166,7 +163,6 @@ pub(crate) fn start_with(
     let mut started: Vec<Redis> = Vec::new();
     let macros = cluster::start(&dir, NAME, &extra, &mut |node, args| {
         let sub = dir.join(node);
-        make_dir(&sub)?;
         let redis = Redis::start_with(&sub, args)?;
         let started_at = cluster::Node::plain(redis.port, redis.pid as u32);
         started.push(redis);

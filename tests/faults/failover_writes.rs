@@ -111,7 +111,6 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     }
     let so = support::vmod_so()?;
     let dir = support::trial_dir(&name)?;
-    make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
     let count = if failover == Failover::Command { 1 } else { 2 };
     let names = &["r1", "r2"][..count];
@@ -137,19 +136,7 @@ pub(crate) fn s11_failover_writes(failover: Failover, mode: Mode) -> Result<(), 
     let replica_ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
     let text = vcl_with_servers(&base, master.port, &sentinel_ports, &replica_ports)
         .map_err(|e| format!("s11: {e}"))?;
-    let varnish = Varnish::start(&dir, &text)?;
-    let _ = http_get(varnish.port, "/db/stats");
-    thread::sleep(Duration::from_millis(500));
-    let idle = settled_all(&varnish, &ports);
-    let errlog = ErrorLog::start(&varnish, &dir)?;
-    let mut s = Setup {
-        name,
-        redis: master,
-        varnish,
-        errlog,
-        idle,
-        failures: Vec::new(),
-    };
+    let mut s = Setup::with_vcl(&name, &dir, master, &text, &ports)?;
     let old_port = s.redis.port;
 
     let load = Load::start(LoadSpec {

@@ -1,57 +1,5 @@
-//! Running commands with a bound, and /proc readings of the varnishd child.
+//! /proc readings of the varnishd child.
 use super::*;
-
-// Every process we start is registered in `support` and stopped by PID on
-// every way out.
-
-/// Runs a command to its end, at most `bound` (then SIGKILL), and returns
-/// (success, stdout + stderr).
-pub(crate) fn run_bounded(cmd: &mut Command, bound: Duration) -> Res<(bool, String)> {
-    let name = cmd.get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run {name}: {e}"))?;
-    let pid = child.id() as i32;
-    register_pid(pid, &name);
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let out_reader = thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = out.read_to_end(&mut s);
-        s
-    });
-    let err_reader = thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err.read_to_end(&mut s);
-        s
-    });
-    let deadline = Instant::now() + bound;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    unregister_pid(pid);
-    let mut text = String::from_utf8_lossy(&out_reader.join().unwrap_or_default()).into_owned();
-    text.push_str(&String::from_utf8_lossy(
-        &err_reader.join().unwrap_or_default(),
-    ));
-    match status {
-        Some(status) => Ok((status.success(), text)),
-        None => Err(format!(
-            "{name} still running after {bound:?}: killed\n{text}"
-        )),
-    }
-}
 
 // ---------------------------------------------------------------------------
 // /proc readings of the varnishd child

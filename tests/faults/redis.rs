@@ -15,13 +15,15 @@ pub(crate) struct Redis {
 }
 
 impl Redis {
-    /// Starts on a free port (tries a few).
+    /// Starts on a free port (tries a few), its files in `dir`.
     pub(crate) fn start(dir: &Path) -> Res<Redis> {
         Redis::start_with(dir, &[])
     }
 
-    /// [`Redis::start`] with more redis-server options.
+    /// [`Redis::start`] with more redis-server options. `dir` (its log,
+    /// its data directory) is made if need be.
     pub(crate) fn start_with(dir: &Path, args: &[String]) -> Res<Redis> {
+        make_dir(dir)?;
         support::on_free_port(5, |port| {
             let mut redis = Redis {
                 dir: dir.to_path_buf(),
@@ -63,23 +65,24 @@ impl Redis {
             spawn,
             Duration::from_secs(10),
             Duration::from_millis(20),
-            || redis_cmd(port, None, &["PING"]).is_ok_and(|r| r == "+PONG"),
+            || support::pings(Ipv4Addr::LOCALHOST, port, None).is_ok(),
         )?;
-        let mut child = server.into_child();
+        let child = server.into_child();
         self.pid = child.id() as i32;
         let what = match waited {
             Waited::Ready => {
                 self.child = Some(child);
                 return Ok(());
             }
-            Waited::Exited(status) => format!("exited ({status})"),
+            Waited::Exited(status) => {
+                unregister_pid(self.pid);
+                format!("exited ({status})")
+            }
             Waited::TimedOut => {
-                let _ = child.kill();
-                let _ = child.wait();
+                support::kill_child(child);
                 "not up after 10 s".to_string()
             }
         };
-        unregister_pid(self.pid);
         Err(format!(
             "redis-server on port {port} {what}:\n{}",
             tail_file(&self.log(), 20)
@@ -87,10 +90,8 @@ impl Redis {
     }
 
     pub(crate) fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            unregister_pid(self.pid);
+        if let Some(child) = self.child.take() {
+            support::kill_child(child);
         }
     }
 

@@ -80,26 +80,20 @@ pub(crate) fn start_replicas(
     let mut replicas = Vec::new();
     for name in names {
         let sub = dir.join(name);
-        make_dir(&sub)?;
         let mut args = args.to_vec();
         args.extend(["--replicaof".into(), host.into(), master_port.to_string()]);
         replicas.push(Redis::start_with(&sub, &args)?);
     }
     let linked = Instant::now() + Duration::from_secs(20);
-    let unlinked = |r: &&Redis| {
-        redis_cmd(r.port, None, &["INFO", "replication"])
-            .map_or(true, |i| !i.contains("master_link_status:up"))
-    };
-    while let Some(r) = replicas.iter().find(unlinked) {
-        if Instant::now() > linked {
-            return Err(format!(
+    for r in &replicas {
+        let up = || support::replica_linked(Ipv4Addr::LOCALHOST, r.port, None);
+        support::poll_until(linked, Duration::from_millis(50), up).map_err(|_| {
+            format!(
                 "replica on port {} not linked within 20 s:\n{}",
                 r.port,
                 tail_file(&r.log(), 20)
             )
-            .into());
-        }
-        thread::sleep(Duration::from_millis(50));
+        })?;
     }
     Ok(replicas)
 }
@@ -130,7 +124,8 @@ pub(crate) fn start_sentinels(
         .map_err(|_| format!("the first master is given by address, not {}", first.host))?;
     let mut sentinels = Sentinels(Vec::new());
     for s in ["s1", "s2", "s3"] {
-        let one = sentinel::start(dir, s, first.name, (first_ip, first.port), extra, None)?;
+        let at = (first_ip, first.port);
+        let one = sentinel::start(dir, s, first.name, at, None, || Ok(extra.to_vec()))?;
         register_pid(one.child.id() as i32, "redis-sentinel");
         let port = one.port;
         sentinels.0.push((one, port));

@@ -13,7 +13,6 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
     let so = support::vmod_so()?;
     let dir = support::trial_dir(&name)?;
     // A master, two replicas, three Sentinels.
-    make_dir(&dir.join("m"))?;
     let master = Redis::start(&dir.join("m"))?;
     let replicas = start_replicas(&dir, &["r1", "r2"], "127.0.0.1", master.port, &[])?;
     let watched = Watched {
@@ -52,20 +51,7 @@ pub(crate) fn s8_sentinel_failover(mode: Mode) -> Result<(), Failed> {
             1,
         )
         .replacen("}\n\nsub vcl_recv", &format!("{add}}}\n\nsub vcl_recv"), 1);
-    let varnish = Varnish::start(&dir, &text)?;
-    let _ = http_get(varnish.port, "/db/stats");
-    thread::sleep(Duration::from_millis(500));
-    let idle = settled_all(&varnish, &ports);
-    let errlog = ErrorLog::start(&varnish, &dir)?;
-    let mut s = Setup {
-        name,
-        redis: master,
-        varnish,
-        errlog,
-        idle,
-        failures: Vec::new(),
-    };
-    s.say(format!("child idle: {idle}"));
+    let mut s = Setup::with_vcl(&name, &dir, master, &text, &ports)?;
 
     let clients = 20;
     let failover_at = 2.0;

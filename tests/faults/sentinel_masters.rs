@@ -39,7 +39,6 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
     let mut replicas = Vec::new();
     for (i, _) in MASTERS.iter().enumerate() {
         let sub = dir.join(format!("m{i}"));
-        make_dir(&sub)?;
         let master = Redis::start_with(&sub, &announce)?;
         let name = format!("r{i}");
         replicas.extend(start_replicas(
@@ -104,20 +103,8 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
         .map(|(db, r)| format!("    {db}.add_server(\"localhost:{}\", auto);\n", r.port))
         .collect();
     text = text.replacen("}\n\nsub vcl_recv", &format!("{add}}}\n\nsub vcl_recv"), 1);
-    let varnish = Varnish::start(&dir, &text)?;
-    let _ = http_get(varnish.port, "/db/stats");
-    thread::sleep(Duration::from_millis(500));
-    let idle = settled_all(&varnish, &ports);
-    let errlog = ErrorLog::start(&varnish, &dir)?;
     let master = masters.remove(0);
-    let mut s = Setup {
-        name,
-        redis: master,
-        varnish,
-        errlog,
-        idle,
-        failures: Vec::new(),
-    };
+    let mut s = Setup::with_vcl(&name, &dir, master, &text, &ports)?;
     let first_ports = [s.redis.port, masters[0].port];
 
     let load = Load::start(LoadSpec {

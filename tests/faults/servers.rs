@@ -62,9 +62,15 @@ pub(crate) fn tcp_inodes_count(pid: i32, port: u16) -> usize {
 /// Waits (3 s at most) for the child's sockets and the servers' clients to
 /// agree.
 pub(crate) fn settled_all(varnish: &Varnish, ports: &[u16]) -> Snapshot {
+    settled(|| snapshot_all(varnish, ports))
+}
+
+/// The snapshot `take` gives once the child's Redis sockets and Redis's
+/// clients agree (asked every 50 ms), or the last one after 3 s.
+pub(crate) fn settled(mut take: impl FnMut() -> Snapshot) -> Snapshot {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let snap = snapshot_all(varnish, ports);
+        let snap = take();
         if snap.redis_clients == Some(snap.redis_fds as u64) || Instant::now() >= deadline {
             return snap;
         }

@@ -233,14 +233,7 @@ impl Setup {
     /// Waits until Redis has caught up with the connections the child closed
     /// (both counts agree), 3 s at most, and returns the snapshot.
     pub(crate) fn settled_snapshot(&self) -> Snapshot {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        loop {
-            let snap = self.snapshot();
-            if snap.redis_clients == Some(snap.redis_fds as u64) || Instant::now() >= deadline {
-                return snap;
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
+        settled(|| self.snapshot())
     }
 
     /// Leak checks after a scenario, against the idle child before any

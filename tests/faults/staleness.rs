@@ -67,6 +67,24 @@ pub(crate) struct StaleTarget {
     pub(crate) absent: Vec<usize>,
 }
 
+impl StaleTarget {
+    /// Varnish at `port` in front of the one server at `redis_port` that
+    /// takes the direct writes; every key exists from the start.
+    pub(crate) fn one_server(
+        port: u16,
+        read_path: fn(usize) -> &'static str,
+        redis_port: u16,
+    ) -> StaleTarget {
+        StaleTarget {
+            port,
+            keys: key_names(),
+            read_path,
+            direct: direct_to(Arc::new(redis_port.into())),
+            absent: Vec::new(),
+        }
+    }
+}
+
 /// Direct writes to the Redis at `port` (whichever it is when written:
 /// the trial may move it), on one connection kept while it works.
 pub(crate) fn direct_to(port: Arc<std::sync::atomic::AtomicU16>) -> Box<dyn Fn() -> DirectWrite> {
@@ -348,13 +366,11 @@ pub(crate) fn s13_near_cache_staleness(mode: Mode, event: StaleEvent) -> Result<
         std::slice::from_ref(&db),
     )?;
     let redis_port = s.redis.port;
-    let mut load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/get/",
-        direct: direct_to(Arc::new(redis_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/get/",
+        redis_port,
+    ))?;
     match event {
         StaleEvent::FlushAndKillTracking => {
             load.sleep_until(3.5);
@@ -398,6 +414,29 @@ pub(crate) fn stale_db(mode: Mode) -> DbSpec {
     db.near_cache = 16 << 20;
     db.connection_timeout = 200;
     db
+}
+
+/// What an s13 trial on servers of its own begins with, once the
+/// checker passed its self-test: its name (`s13-<label>-<mode>`), its
+/// database, the module and its directory.
+pub(crate) struct StaleTrial {
+    pub(crate) name: String,
+    pub(crate) db: DbSpec,
+    pub(crate) so: PathBuf,
+    pub(crate) dir: PathBuf,
+}
+
+impl StaleTrial {
+    pub(crate) fn begin(label: &str, mode: Mode) -> Res<StaleTrial> {
+        checker_self_test()?;
+        let name = format!("s13-{label}-{}", mode.name());
+        Ok(StaleTrial {
+            db: stale_db(mode),
+            so: support::vmod_so()?,
+            dir: support::trial_dir(&name)?,
+            name,
+        })
+    }
 }
 
 /// Seconds of load of a staleness trial.

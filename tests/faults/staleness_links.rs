@@ -5,7 +5,7 @@
 //! proxies of `proxy.rs`.
 use super::proxy::Proxy;
 use super::staleness::{near_cache_counters, Clock};
-use super::staleness_history::{checker_self_test, staleness_bound, History, ReplicaPoll};
+use super::staleness_history::{staleness_bound, History, ReplicaPoll};
 use super::*;
 use parking_lot::Mutex;
 
@@ -28,11 +28,7 @@ const POLL: Duration = Duration::from_millis(10);
 /// (and 100 ms for the counters' read) after the freeze until it ends,
 /// and hits again from 1 s after.
 pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-frozen-link-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("frozen-link", mode)?;
     let redis = Redis::start(&dir)?;
     let redis_port = redis.port;
     let proxy = Proxy::start(&[redis_port], Duration::ZERO)?;
@@ -40,13 +36,7 @@ pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Fai
     let mut s = Setup::with_vcl(&name, &dir, redis, &text, &[redis_port])?;
     let port = s.varnish.port;
     let hits = || near_cache_counters(port).map(|c| c["hits"]);
-    let mut load = StaleLoad::start(StaleTarget {
-        port,
-        keys: key_names(),
-        read_path: |_| "/db/get/",
-        direct: direct_to(Arc::new(redis_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(port, |_| "/db/get/", redis_port))?;
     load.sleep_until(FREEZE_AT);
     let frozen_at = load.at();
     proxy.freeze_tracking(true);
@@ -79,7 +69,6 @@ pub(crate) fn s13_near_cache_staleness_frozen_link(mode: Mode) -> Result<(), Fai
 /// that delays the master's stream by [`LAG`] (once in sync).
 fn lagging_replica(dir: &Path) -> Result<(Redis, Proxy, Redis), Failed> {
     let args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
-    make_dir(&dir.join("m"))?;
     let master = Redis::start_with(&dir.join("m"), &args)?;
     let link = Proxy::start(&[master.port], Duration::ZERO)?;
     let mut replicas = start_replicas(dir, &["r1"], "127.0.0.1", link.port, &args)?;
@@ -184,15 +173,11 @@ pub(crate) enum Lagging {
 /// 10 ms) saw it, so the bound is on how much staler than the replica a
 /// read is (`History::as_replica_held`).
 pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> Result<(), Failed> {
-    checker_self_test()?;
     let label = match lagging {
         Lagging::Balanced => "balanced",
         Lagging::Listed => "replica-lag",
     };
-    let name = format!("s13-{label}-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin(label, mode)?;
     let (master, _link, replica) = lagging_replica(&dir)?;
     let (master_port, replica_port) = (master.port, replica.port);
     let balancer = match lagging {
@@ -208,13 +193,11 @@ pub(crate) fn s13_near_cache_staleness_lagging(mode: Mode, lagging: Lagging) -> 
     };
     let mut s = Setup::with_vcl(&name, &dir, master, &text, &[master_port, replica_port])?;
     let gets_before = (gets(master_port), gets(replica_port));
-    let mut load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/rget/",
-        direct: direct_to(Arc::new(master_port.into())),
-        absent: Vec::new(),
-    })?;
+    let mut load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/rget/",
+        master_port,
+    ))?;
     let watch = ReplicaWatch::start(replica_port, &key_names(), load.clock.clone());
     load.sleep_until(LAG_LOAD);
     let polls = watch.stop();

@@ -39,7 +39,6 @@ fn replication(port: u16, field: &str) -> String {
 /// diskless delay: the old master resyncs after the failover).
 fn master_and_replica(dir: &Path) -> Result<(Redis, Redis), Failed> {
     let args: Vec<String> = vec!["--repl-diskless-sync-delay".into(), "0".into()];
-    make_dir(&dir.join("m"))?;
     let master = Redis::start_with(&dir.join("m"), &args)?;
     let mut replicas = start_replicas(dir, &["r1"], "127.0.0.1", master.port, &args)?;
     Ok((master, replicas.remove(0)))
@@ -61,11 +60,7 @@ fn within_bound(mut done: impl FnMut() -> bool) -> bool {
 /// (the replica serves them, tracked on the replica), writes to the
 /// master (direct, and through Varnish with `execute()`).
 pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-replica-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("replica", mode)?;
     let (master, replica_server) = master_and_replica(&dir)?;
     let replica = replica_server.port;
     let base = vcl(&so, master.port, std::slice::from_ref(&db), &name);
@@ -74,13 +69,11 @@ pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed>
     let mut s = Setup::with_vcl(&name, &dir, master, &text, &ports)?;
     let master_port = s.redis.port;
     let (on_master, on_replica) = (gets(master_port), gets(replica));
-    let load = StaleLoad::start(StaleTarget {
-        port: s.varnish.port,
-        keys: key_names(),
-        read_path: |_| "/db/rget/",
-        direct: direct_to(Arc::new(master_port.into())),
-        absent: Vec::new(),
-    })?;
+    let load = StaleLoad::start(StaleTarget::one_server(
+        s.varnish.port,
+        |_| "/db/rget/",
+        master_port,
+    ))?;
     load.sleep_until(DURATION);
     let (on_master, on_replica) = (gets(master_port) - on_master, gets(replica) - on_replica);
     load.finish(&mut s, true)?;
@@ -98,11 +91,7 @@ pub(crate) fn s13_near_cache_staleness_replica(mode: Mode) -> Result<(), Failed>
 /// one the writes resume there: a write acknowledged by the old master
 /// after the switch would be lost by replication, not by the cache.
 pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed> {
-    checker_self_test()?;
-    let name = format!("s13-sentinel-failover-{}", mode.name());
-    let db = stale_db(mode);
-    let so = support::vmod_so()?;
-    let dir = support::trial_dir(&name)?;
+    let StaleTrial { name, db, so, dir } = StaleTrial::begin("sentinel-failover", mode)?;
     let (master, replica_server) = master_and_replica(&dir)?;
     let watched = Watched {
         name: MASTER,

@@ -64,7 +64,8 @@ impl Varnish {
         for f in fields {
             cmd.args(["-f", f]);
         }
-        let (ok, out) = run_bounded(&mut cmd, Duration::from_secs(20))?;
+        let (ok, out) =
+            support::run_capture(&mut cmd, "varnishstat", Some(Duration::from_secs(20)))?;
         if !ok {
             return Err(format!("varnishstat failed: {out}"));
         }
@@ -90,7 +91,8 @@ impl Varnish {
             .arg(&self.workdir)
             .args(["-t", "100"])
             .args(args);
-        let (ok, out) = run_bounded(&mut cmd, Duration::from_secs(120))?;
+        let (ok, out) =
+            support::run_capture(&mut cmd, "varnishadm", Some(Duration::from_secs(120)))?;
         if ok {
             Ok(out)
         } else {

@@ -163,14 +163,15 @@ sub vcl_synth {
         v.push_str(&format!(
             "        if (req.url ~ \"^/{n}/(set|mix)/\") {{\n            {n}.command(\"SET\");\n            {n}.push(req.http.x-key);\n            {n}.push(req.url);\n            {n}.execute();\n{record}        }}\n"
         ));
-        v.push_str(&format!(
-            // `x-v`: the value read (the staleness trials check it).
-            "        if (req.url ~ \"^/{n}/(get|mix)/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute();\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
-        ));
-        v.push_str(&format!(
-            // `/<db>/rget/<key>`: a read a replica may serve.
-            "        if (req.url ~ \"^/{n}/rget/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute(false);\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
-        ));
+        // `x-v`: the value read (the staleness trials check it).
+        let get = |paths: &str, execute: &str| {
+            format!(
+                "        if (req.url ~ \"^/{n}/{paths}/\") {{\n            {n}.command(\"GET\");\n            {n}.push(req.http.x-key);\n            {n}.execute({execute});\n            if ({n}.reply_is_nil()) {{\n                set resp.http.x-v = \"(nil)\";\n            }} else {{\n                set resp.http.x-v = {n}.get_reply();\n            }}\n{record}        }}\n"
+            )
+        };
+        v.push_str(&get("(get|mix)", ""));
+        // `/<db>/rget/<key>`: a read a replica may serve.
+        v.push_str(&get("rget", "false"));
         v.push_str(&format!(
             // `/<db>/put/<key>/<value>`: SET of a given value.
             "        if (req.url ~ \"^/{n}/put/\") {{\n            {n}.command(\"SET\");\n            {n}.push(\"fault:\" + regsub(req.url, \"^/[^/]*/put/([^/]*)/.*$\", \"\\1\"));\n            {n}.push(regsub(req.url, \"^.*/\", \"\"));\n            {n}.execute();\n{record}        }}\n"

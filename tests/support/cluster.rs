@@ -23,7 +23,6 @@
 //! `#@ redis`; the node comes back with its `nodes.conf`).
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{cli_program, RedisConn};
@@ -56,21 +55,14 @@ pub fn ask(port: u16, args: &[&str]) -> Result<String, String> {
 fn wait_for(
     deadline: Instant,
     what: &str,
-    mut ready: impl FnMut() -> Result<(), String>,
+    ready: impl FnMut() -> Result<(), String>,
 ) -> Result<(), String> {
-    loop {
-        let last = match ready() {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "cluster: {what} not done after {} s: {last}",
-                FORM_DEADLINE.as_secs()
-            ));
-        }
-        thread::sleep(POLL);
-    }
+    crate::support::poll_until(deadline, POLL, ready).map_err(|last| {
+        format!(
+            "cluster: {what} not done after {} s: {last}",
+            FORM_DEADLINE.as_secs()
+        )
+    })
 }
 
 /// Whether `CLUSTER NODES` as seen by the node on `port` is the whole

@@ -20,6 +20,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -148,6 +149,112 @@ pub fn stop_child(mut child: Child, name: &str, grace: Duration) {
     unregister_pid(pid);
 }
 
+/// Runs `cmd` to its end (stdin null, stdout and stderr captured, its PID
+/// registered meanwhile), at most `bound` when given (then SIGKILL), and
+/// returns (success, stdout + stderr).
+pub fn run_capture(cmd: &mut Command, name: &str, bound: Option<Duration>) -> Res<(bool, String)> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = spawn(cmd, name)?;
+    let pid = child.id() as i32;
+    // Both pipes read at once: a full one would stall the command.
+    let out = read_to_end(child.stdout.take());
+    let err = read_to_end(child.stderr.take());
+    let status = match bound {
+        None => child.wait().ok(),
+        Some(bound) => {
+            let deadline = Instant::now() + bound;
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break Some(status),
+                    Ok(None) if Instant::now() < deadline => {
+                        thread::sleep(Duration::from_millis(5))
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                }
+            }
+        }
+    };
+    unregister_pid(pid);
+    let mut text = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
+    text.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
+    match (status, bound) {
+        (Some(status), _) => Ok((status.success(), text)),
+        (None, Some(bound)) => Err(format!(
+            "{name} still running after {bound:?}: killed\n{text}"
+        )),
+        (None, None) => Err(format!("{name}: wait failed\n{text}")),
+    }
+}
+
+/// A thread reading `pipe` to its end.
+fn read_to_end(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
+}
+
+/// SIGKILL (no SIGTERM first: a trial's crash of Redis), reaped, its PID
+/// forgotten.
+pub fn kill_child(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+    unregister_pid(child.id() as i32);
+}
+
+/// Whether the server (or Sentinel) at `host`:`port` is up, which every
+/// harness waits for: it answers PING with anything but `-LOADING`
+/// (`+PONG`; `-NOAUTH` from one whose password was not given). What it
+/// said instead is the error.
+pub fn pings(host: Ipv4Addr, port: u16, password: Option<&str>) -> Res<()> {
+    match redis_cmd_at(host, port, password, &["PING"]) {
+        Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => Ok(()),
+        Ok(r) => Err(format!("PING: {r:?}")),
+        Err(e) => Err(format!("PING: {e}")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Waiting for a server to reach a state
+
+/// Asks `check` every `poll` until it says Ok, or `deadline` has passed:
+/// then the last thing it said.
+pub fn poll_until(
+    deadline: Instant,
+    poll: Duration,
+    mut check: impl FnMut() -> Res<()>,
+) -> Res<()> {
+    loop {
+        let last = match check() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        thread::sleep(poll);
+    }
+}
+
+/// Whether the replica at `host`:`port` has its link to its master up
+/// (`master_link_status:up`); if not, what `INFO replication` said.
+pub fn replica_linked(host: Ipv4Addr, port: u16, password: Option<&str>) -> Res<()> {
+    match redis_cmd_at(host, port, password, &["INFO", "replication"]) {
+        Ok(r) if r.contains("master_link_status:up") => Ok(()),
+        Ok(r) => Err(r),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Files and directories
 
@@ -163,6 +270,35 @@ pub fn write_public(path: &Path, text: &str) -> Res<()> {
     fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
         .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// Writes a script runnable by all (0755).
+pub fn write_script(path: &Path, text: &str) -> Res<()> {
+    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// `s` as one shell word: as it is when that is safe, else single-quoted.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// `cmd` as a shell command line (for a script, or to show what ran).
+pub fn command_line(cmd: &Command) -> String {
+    let mut line = shell_quote(&cmd.get_program().to_string_lossy());
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&shell_quote(&arg.to_string_lossy()));
+    }
+    line
 }
 
 /// Copies the .so `src` into `dir` as `libvmod_redis.so`, mode 0644.

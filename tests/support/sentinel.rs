@@ -12,10 +12,11 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, redis_cmd, write_public, RedisConfig, RedisServer, TlsPort, Waited};
+use crate::support::{
+    self, redis_cmd, write_public, OnPort, RedisConfig, RedisServer, TlsPort, Waited,
+};
 
 /// A master unreachable this long is down for a Sentinel (`+sdown`).
 pub const DOWN_AFTER_MS: u32 = 500;
@@ -48,20 +49,48 @@ pub struct Expected {
     pub password: Option<String>,
 }
 
-/// Starts a Sentinel monitoring `master_at` as `master`; `extra` are
-/// redis-server options added to its command line, but [`BY_NAME`].
+/// Ports a Sentinel's start tries: one taken between the pick and the
+/// bind (its own, or a TLS port among its options) fails only that
+/// attempt.
+pub const START_ATTEMPTS: usize = 5;
+
+/// Starts a Sentinel monitoring `master_at` as `master` on a free port,
+/// on another one (with its options asked again from `options`, so that
+/// a port among them is picked afresh too) while the port is taken,
+/// [`START_ATTEMPTS`] in all. The options are redis-server's, added to
+/// its command line, but [`BY_NAME`].
 pub fn start(
     dir: &Path,
     name: &str,
     master: &str,
     master_at: (Ipv4Addr, u16),
+    password: Option<&str>,
+    mut options: impl FnMut() -> Result<Vec<String>, String>,
+) -> Result<Started, String> {
+    support::on_free_port(START_ATTEMPTS, |port| {
+        let extra = options()?;
+        match start_on(dir, name, master, master_at, port, &extra, password) {
+            Ok(started) => Ok(OnPort::Up(started)),
+            Err(e) if e.contains("Address already in use") => Ok(OnPort::Retry(e)),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// One attempt of [`start`], on `port`.
+fn start_on(
+    dir: &Path,
+    name: &str,
+    master: &str,
+    master_at: (Ipv4Addr, u16),
+    port: u16,
     extra: &[String],
     password: Option<&str>,
 ) -> Result<Started, String> {
     // Sentinel rewrites its configuration file: one per Sentinel, in the
     // test's directory.
     let conf = dir.join(format!("{name}.conf"));
-    let (ip, port) = master_at;
+    let (master_ip, master_port) = master_at;
     let by_name = extra.iter().any(|arg| arg == BY_NAME);
     let extra: Vec<String> = extra
         .iter()
@@ -73,12 +102,12 @@ pub fn start(
         let yes = "sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n";
         (yes, "localhost".to_string())
     } else {
-        ("", ip.to_string())
+        ("", master_ip.to_string())
     };
     write_public(
         &conf,
         &format!(
-            "{hostnames}sentinel monitor {master} {host} {port} {QUORUM}\n\
+            "{hostnames}sentinel monitor {master} {host} {master_port} {QUORUM}\n\
              sentinel down-after-milliseconds {master} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {master} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {master} 2\n"
@@ -91,10 +120,9 @@ pub fn start(
     let out_file = fs::File::create(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let err_file = out_file.try_clone().map_err(|e| format!("dup: {e}"))?;
     let mut config = RedisConfig::new(data);
-    config.port = support::free_port()?;
+    config.port = port;
     config.log = Some(log.clone());
     config.sentinel_conf = Some(conf);
-    let port = config.port;
     let spawn = |cmd: &mut std::process::Command| {
         cmd.current_dir(dir)
             .stdin(Stdio::null())
@@ -109,7 +137,7 @@ pub fn start(
         spawn,
         Duration::from_secs(10),
         Duration::from_millis(50),
-        || redis_cmd(port, password, &["PING"]).is_ok_and(|r| r == "+PONG"),
+        || support::pings(Ipv4Addr::LOCALHOST, port, password).is_ok(),
     )?;
     let child = server.into_child();
     let started = Started {
@@ -164,26 +192,23 @@ fn count(reply: &str) -> usize {
 pub fn wait_ready(all: &[Expected]) -> Result<(), String> {
     let deadline = Instant::now() + READY_DEADLINE;
     for s in all {
-        loop {
-            let password = s.password.as_deref();
-            let ask = |what: &str| {
-                redis_cmd(s.port, password, &["SENTINEL", what, &s.master]).map_or(0, |r| count(&r))
-            };
+        let password = s.password.as_deref();
+        let ask = |what: &str| {
+            redis_cmd(s.port, password, &["SENTINEL", what, &s.master]).map_or(0, |r| count(&r))
+        };
+        support::poll_until(deadline, Duration::from_millis(100), || {
             let (replicas, sentinels) = (ask("replicas"), ask("sentinels"));
             if replicas >= s.replicas && sentinels >= s.sentinels {
-                break;
+                return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "sentinel {}: knows {replicas} of {} replicas and {sentinels} of {} other sentinels after {} s",
-                    s.name,
-                    s.replicas,
-                    s.sentinels,
-                    READY_DEADLINE.as_secs()
-                ));
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+            Err(format!(
+                "sentinel {}: knows {replicas} of {} replicas and {sentinels} of {} other sentinels after {} s",
+                s.name,
+                s.replicas,
+                s.sentinels,
+                READY_DEADLINE.as_secs()
+            ))
+        })?;
     }
     Ok(())
 }

@@ -174,9 +174,8 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
-use support::{make_dir, redis_cmd_at, tail_file, RedisConfig, RedisServer, Waited};
+use support::{make_dir, tail_file, RedisConfig, RedisServer, Waited};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const PING_DEADLINE: Duration = Duration::from_secs(10);

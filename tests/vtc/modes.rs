@@ -141,9 +141,6 @@ pub(crate) fn write_tls_cli(dir: &Path, cli: &str, ca: &str) -> Result<String, S
         ca = quote(ca),
     );
     let path = dir.join("redis-cli");
-    crate::support::write_public(&path, &script)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    crate::support::write_script(&path, &script)?;
     Ok(path.display().to_string())
 }

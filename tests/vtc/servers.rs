@@ -41,10 +41,9 @@ pub(crate) fn start_sentinel(
     let password = password_of(&expanded);
     // Ports picked afresh on each attempt (as start_redis does): one taken
     // between the pick and the bind fails only that attempt.
-    let mut attempt = 0;
-    let (started, tls_port, tls_mode_port) = loop {
-        attempt += 1;
-        let (tls_port, tls_mode_port) = match (*tls, mode.tls) {
+    let (mut tls_port, mut tls_mode_port) = (None, None);
+    let options = || {
+        (tls_port, tls_mode_port) = match (*tls, mode.tls) {
             (true, _) => (Some(support::free_port()?), None),
             (false, true) => (None, Some(support::free_port()?)),
             (false, false) => (None, None),
@@ -55,12 +54,10 @@ pub(crate) fn start_sentinel(
             _ => Vec::new(),
         };
         options.extend(expanded.iter().cloned());
-        match sentinel::start(dir, name, master, at, &options, password.as_deref()) {
-            Ok(started) => break (started, tls_port, tls_mode_port),
-            Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {}
-            Err(e) => return Err(format!("{e}{}", fx.logs())),
-        }
+        Ok(options)
     };
+    let started = sentinel::start(dir, name, master, at, password.as_deref(), options)
+        .map_err(|e| format!("{e}{}", fx.logs()))?;
     let (host, port, pid) = (Ipv4Addr::LOCALHOST, started.port, started.child.id());
     let client_port = tls_mode_port.unwrap_or(port);
     ports.insert(name.clone(), (host, client_port));
@@ -271,7 +268,13 @@ pub(crate) fn start_redis(
             spawn,
             PING_DEADLINE,
             Duration::from_millis(50),
-            || pings(host, port, &mut last_ping),
+            || {
+                let up = support::pings(host, port, None);
+                if let Err(e) = &up {
+                    last_ping.clone_from(e);
+                }
+                up.is_ok()
+            },
         )?;
         let mut srv = Server {
             name: name.to_string(),
@@ -320,13 +323,8 @@ pub(crate) fn write_restart_script(
     port: u16,
     cmd: &Command,
 ) -> Result<(), String> {
-    let quote =
-        |arg: &std::ffi::OsStr| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''"));
-    let mut line = quote(cmd.get_program());
-    for arg in cmd.get_args() {
-        line.push(' ');
-        line.push_str(&quote(arg));
-    }
+    let quote = |path: &Path| support::shell_quote(&path.to_string_lossy());
+    let line = support::command_line(cmd);
     let pidfile = restarted_pidfile(dir, name);
     let script = format!(
         "#!/bin/bash\ncd {dir} || exit 1\n\
@@ -336,31 +334,12 @@ pub(crate) fn write_restart_script(
          {line} --daemonize yes --pidfile {pidfile} || exit 1\n\
          for i in $(seq 100); do {cli} -h {host} -p {port} PING >/dev/null 2>&1 && exit 0; sleep 0.1; done\n\
          echo 'redis {name} not up after restart' >&2; exit 1\n",
-        dir = quote(dir.as_os_str()),
-        pidfile = quote(pidfile.as_os_str()),
+        dir = quote(dir),
+        pidfile = quote(&pidfile),
         cli = support::cli_program(),
     );
     let path = dir.join(format!("{name}.restart"));
-    support::write_public(&path, &script)?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-/// Whether the server answers PING (and is not loading its data); what it
-/// said instead goes to `last`.
-pub(crate) fn pings(host: Ipv4Addr, port: u16, last: &mut String) -> bool {
-    match redis_cmd_at(host, port, None, &["PING"]) {
-        Ok(r) if !r.is_empty() && !r.starts_with("-LOADING") => true,
-        Ok(r) => {
-            *last = format!("PING: {r:?}");
-            false
-        }
-        Err(e) => {
-            *last = format!("PING: {e}");
-            false
-        }
-    }
+    support::write_script(&path, &script)
 }
 
 /// How the wait for PING ended, as an error when it did not answer.
@@ -397,19 +376,11 @@ pub(crate) fn wait_replica_up(
     password: Option<String>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + REPLICA_DEADLINE;
-    let mut last;
-    loop {
-        match redis_cmd_at(host, port, password.as_deref(), &["INFO", "replication"]) {
-            Ok(r) if r.contains("master_link_status:up") => return Ok(()),
-            Ok(r) => last = r,
-            Err(e) => last = e.to_string(),
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "master_link_status not up after {} s; last INFO replication:\n{last}",
-                REPLICA_DEADLINE.as_secs()
-            ));
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
+    let linked = || support::replica_linked(host, port, password.as_deref());
+    support::poll_until(deadline, Duration::from_millis(100), linked).map_err(|last| {
+        format!(
+            "master_link_status not up after {} s; last INFO replication:\n{last}",
+            REPLICA_DEADLINE.as_secs()
+        )
+    })
 }
