@@ -37,14 +37,6 @@ impl Multiplexed {
     ) -> Result<Reply, RequestError<E>> {
         mine.start_driving();
         let mut conn = self.check_out(mine, checkout)?;
-        // Workers released together at the last fence send their next
-        // commands at about the same time: on a quiet connection, let
-        // them queue first, to go in this batch. (On one CPU the driver
-        // would write its request alone, then the next driver the rest:
-        // a batch, a fence and a write per command or two.)
-        if self.state.lock().expects_company() {
-            std::thread::yield_now();
-        }
         let mut released = Vec::new();
         loop {
             let state = self.write_queued(&mut conn, mine, stats)?;

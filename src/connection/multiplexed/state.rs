@@ -54,8 +54,6 @@ pub(super) struct State {
     pub(super) in_flight: VecDeque<InFlight>,
     /// How many requests at the front of `in_flight` hold their reply.
     pub(super) held: usize,
-    /// How many requests the last fence released.
-    last_released: usize,
     /// [ext] The server the open connection reached (its `run_id`), given
     /// with each reply read on it.
     pub(super) identity: Option<Arc<str>>,
@@ -168,7 +166,6 @@ impl State {
                         released.push(waiter);
                     }
                 }
-                self.last_released = self.held;
                 self.held = 0;
                 Ok(released_mine)
             }
@@ -183,12 +180,6 @@ impl State {
             )
             .into()),
         }
-    }
-
-    /// Whether other workers are likely to queue a request in a moment:
-    /// nothing is in flight, and the last fence released more than one.
-    pub(super) fn expects_company(&self) -> bool {
-        self.in_flight.is_empty() && self.last_released > 1
     }
 
     /// The requests written and owed a reply, in order.
