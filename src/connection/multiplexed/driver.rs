@@ -275,7 +275,7 @@ fn route_buffered(
 /// workers: outside the state lock.
 fn wake(released: &mut Vec<Arc<Waiter>>) {
     for waiter in released.drain(..) {
-        waiter.release();
+        waiter.wake();
     }
 }
 

@@ -163,6 +163,7 @@ impl State {
                 for entry in self.in_flight.drain(..=self.held) {
                     if let InFlight::Request(waiter) = entry {
                         released_mine |= Arc::ptr_eq(&waiter, mine);
+                        waiter.set_ready();
                         released.push(waiter);
                     }
                 }

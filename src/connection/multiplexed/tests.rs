@@ -404,3 +404,51 @@ fn a_user_without_ping_is_told_that_pipelining_needs_it() {
     };
     assert!(err.to_string().contains("refused PING"), "{err}");
 }
+
+/// A fence that came back makes its requests' replies takeable under the
+/// state lock; only their wake-up waits until the driver unlocks. A worker
+/// whose deadline passes in between (it checks under the lock, as
+/// `exchange` does) still finds its reply: no timeout for a reply read
+/// before its deadline (which would mark the server sick and retry the
+/// command elsewhere).
+#[test]
+fn a_reply_released_by_its_fence_is_taken_before_the_wake_up() {
+    use super::fence::FenceReply;
+    use super::state::{Read, State};
+    let stats = Stats::default();
+    let mut state = State::default();
+    let worker = Waiter::new(Some(Instant::now()));
+    let driver = Waiter::new(None);
+    let ping = packed(&["PING"]);
+    state.unsent.extend_from_slice(&ping);
+    state.unsent_waiters.push((worker.clone(), ping.len()));
+    let (batch, _) = state.take_batch(&stats);
+    assert!(!batch.is_empty());
+    let mut released = Vec::new();
+    let pong = Reply::Status("PONG".into());
+    assert!(!state
+        .route(Read::Reply(pong), &driver, &mut released)
+        .unwrap());
+    assert!(!state
+        .route(Read::Fence(FenceReply::Itself), &driver, &mut released)
+        .unwrap());
+    assert_eq!(released.len(), 1, "the fence released the worker's request");
+    assert!(
+        state.in_flight.is_empty(),
+        "nothing is owed on the connection"
+    );
+    // The driver has dropped the lock, not yet called wake(). The worker,
+    // at its deadline, locks the state and checks, as exchange() does:
+    let seen = worker.take();
+    let drives = worker.drives();
+    worker.abandon();
+    // The driver wakes it now: too late.
+    for waiter in released.drain(..) {
+        waiter.release();
+    }
+    assert!(
+        seen.is_some() || drives,
+        "the worker saw no reply and no driving: it returned a timeout \
+         although its reply was routed before its deadline"
+    );
+}

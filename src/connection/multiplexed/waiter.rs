@@ -64,7 +64,17 @@ impl Waiter {
     }
 
     pub(super) fn release(&self) {
+        self.set_ready();
+        self.wake();
+    }
+
+    /// Its result may be taken (under the state lock).
+    pub(super) fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
+    }
+
+    /// Wakes its worker (a system call: after the state lock).
+    pub(super) fn wake(&self) {
         self.thread.unpark();
     }
 
