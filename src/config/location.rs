@@ -101,6 +101,15 @@ impl Location {
             Location::Unix(_) => None,
         }
     }
+
+    /// The host of a TCP location (an IPv6 address without brackets), as
+    /// replies that leave it out need it; `""` for a UNIX socket.
+    pub(crate) fn host(&self) -> &str {
+        match self {
+            Location::Tcp { host, .. } => host,
+            Location::Unix(_) => "",
+        }
+    }
 }
 
 /// Checks a host that is not bracketed: an IPv4 literal, or a DNS name made

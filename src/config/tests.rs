@@ -182,6 +182,15 @@ fn location_ip() {
 }
 
 #[test]
+fn location_host() {
+    let host = |text: &str| text.parse::<Location>().unwrap().host().to_string();
+    assert_eq!(host("127.0.0.1:7000"), "127.0.0.1");
+    assert_eq!(host("[::1]:7000"), "::1");
+    assert_eq!(host("redis.example:1"), "redis.example");
+    assert_eq!(Location::Unix("/x".into()).host(), "");
+}
+
+#[test]
 fn roles_and_protocols() {
     for role in [Role::Master, Role::Slave, Role::Auto, Role::Cluster] {
         assert_eq!(role.as_str().parse::<Role>().unwrap(), role);

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::discovery::Cluster;
-use super::execute::{Execution, Replied};
+use super::execution::Execution;
 use super::lease::Lease;
+use super::near::Replied;
 use super::verdict::{decide, Answer, Hops, Mode, Next, Verdict};
 use super::{Database, Note};
 use crate::cluster::{HashSlot, Node, Redirection};

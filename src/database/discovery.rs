@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::execute::Execution;
+use super::execution::Execution;
 use super::{probe_step, within, Database, Note};
 use crate::cluster::{parse_shards, parse_slots, Node, ShardsMap, SlotMap};
 use crate::config::{DbConfig, Location, Role};
@@ -118,16 +118,6 @@ impl Cluster {
 
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
-    }
-}
-
-/// The host of a node, for the replies that leave it out (an IPv6 address
-/// without brackets). Cluster nodes are never UNIX sockets (refused at
-/// `vcl.load`): none has a host.
-pub(super) fn host_of(location: &Location) -> &str {
-    match location {
-        Location::Tcp { host, .. } => host,
-        Location::Unix(_) => "",
     }
 }
 
@@ -348,12 +338,12 @@ impl Database {
             .map_err(|failure| format!("CLUSTER SHARDS: {failure}"))?;
         if !matches!(shards, Reply::Error(_)) {
             let tls = self.config.tls.is_some();
-            return parse_shards(&shards, host_of(location), tls);
+            return parse_shards(&shards, location.host(), tls);
         }
         let slots = conn
             .request(CLUSTER_SLOTS, timeout())
             .map_err(|failure| format!("CLUSTER SLOTS: {failure}"))?;
-        let map = parse_slots(&slots, host_of(location))?;
+        let map = parse_slots(&slots, location.host())?;
         Ok(ShardsMap {
             map,
             unhealthy: Vec::new(),

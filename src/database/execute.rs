@@ -9,8 +9,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::execution::Execution;
 use super::lease::{Lease, TaskConnection};
-use super::near::Served;
+use super::near::Replied;
 use super::verdict::{Attempt, Mode, Verdict};
 use super::{within, Database, Note};
 use crate::commands::{Effect, Found, WAITS_FOREVER};
@@ -19,43 +20,6 @@ use crate::protocol::Reply;
 use crate::protocol::{Command, MAX_COMMAND_BYTES};
 use crate::server::Server;
 use crate::stats::Counter;
-
-/// One `execute()`: its command and what was decided for it once, handed
-/// along the attempts (standalone, pinned, cluster, discovery).
-pub(super) struct Execution<'x> {
-    pub(super) command: &'x mut Command,
-    /// The command in the model: every decision about it.
-    pub(super) found: Found<'static>,
-    pub(super) effect: Effect,
-    /// `.execute(master)`.
-    pub(super) master: bool,
-    /// Of each request: the command's, else the database's (`None`: none).
-    pub(super) timeout: Option<Duration>,
-    pub(super) retries: u32,
-    /// When the whole execution must be over (`None`: no bound).
-    pub(super) deadline: Option<Instant>,
-    pub(super) task: &'x mut TaskConnection,
-    /// Routing and connection decisions for `debug=true`, and warnings.
-    pub(super) debug: &'x mut dyn FnMut(Note),
-    /// [ext] A near-cache fill waits for the reply: [`Database::settle`]
-    /// learns where it was read, on its lease (`near.rs`).
-    pub(super) fills: bool,
-}
-
-/// A command's reply, and [ext] where it was read when a near-cache fill
-/// waits for it (`None`: no fill, or none may keep it).
-pub(super) type Replied = (Reply, Option<Served>);
-
-impl Execution<'_> {
-    /// The timeout of one request, ending by the deadline.
-    pub(super) fn request_timeout(&self) -> Option<Duration> {
-        within(self.timeout, self.deadline)
-    }
-
-    pub(super) fn note(&mut self, note: Note) {
-        (self.debug)(note);
-    }
-}
 
 impl Database {
     /// When one `execute()` must be over: `(connection_timeout +

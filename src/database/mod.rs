@@ -90,6 +90,7 @@ struct Discovered {
 mod cluster;
 mod discovery;
 mod execute;
+mod execution;
 mod hold;
 mod lease;
 mod near;

@@ -18,7 +18,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::execute::{Execution, Replied};
+use super::execution::Execution;
 use super::lease::Lease;
 use super::{Database, Note};
 use crate::config::Role;
@@ -40,6 +40,10 @@ pub(super) struct Served {
     /// unknown: no `Served`, nothing kept.
     expires: Option<Instant>,
 }
+
+/// A command's reply, and [ext] where it was read when a near-cache fill
+/// waits for it (`None`: no fill, or none may keep it).
+pub(super) type Replied = (Reply, Option<Served>);
 
 impl Database {
     /// The near cache for this command: never for a task that owns state

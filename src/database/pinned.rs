@@ -3,8 +3,9 @@
 //! there, with no plan and no retry: another connection would run it
 //! outside the task's transaction (or without the state it set), so a
 //! failure closes the connection and loses them (`verdict.rs`).
-use super::execute::{Execution, Replied};
+use super::execution::Execution;
 use super::lease::Pinned;
+use super::near::Replied;
 use super::verdict::{decide, Answer, Mode};
 use super::{Database, Note};
 use crate::commands::Effect;

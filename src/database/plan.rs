@@ -3,7 +3,7 @@
 //! order (round again past its end when there are more retries than
 //! servers), passing over those found to be replicas when a master is
 //! needed, and planned once more when every candidate was.
-use super::execute::Execution;
+use super::execution::Execution;
 use super::{Database, Note};
 use crate::config::Location;
 use crate::routing::{self, rotation, Candidate, Candidates};

@@ -3,7 +3,7 @@
 //! of the server.
 use std::time::Duration;
 
-use super::execute::Execution;
+use super::execution::Execution;
 use super::lease::Lease;
 use super::Database;
 use crate::connection::RequestError;

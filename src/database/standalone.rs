@@ -4,9 +4,10 @@
 //! each attempt (`verdict.rs`).
 use std::time::Instant;
 
-use super::execute::{Execution, Replied};
+use super::execution::Execution;
 use super::hold::Waited;
 use super::lease::Lease;
+use super::near::Replied;
 use super::plan::Plan;
 use super::verdict::{decide, Answer, Mode, Next};
 use super::{Database, Note};

@@ -29,8 +29,6 @@ use crate::error::{Error, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::stats::Counter;
 
-use super::discovery::host_of;
-
 /// What one attempt gave.
 pub(super) enum Answer<'a> {
     /// A reply (error replies included).
@@ -242,7 +240,7 @@ fn cluster_reply(reply: &Reply, hops: &Hops, at: &Attempt) -> Verdict {
     let kind = ServerError::of(text);
     let retry_left = at.failed < at.retries;
     match kind.retry() {
-        Retry::Redirect => match redirection(text, host_of(at.server)) {
+        Retry::Redirect => match redirection(text, at.server.host()) {
             Some(redirection) => follow(redirection, text, hops),
             None => Verdict::to(Next::Done, &[]),
         },

@@ -279,14 +279,6 @@ fn a_costly_private_setting_is_named() {
     assert!(costly_private_setting(&config(true, 1), 3).is_none());
 }
 
-#[test]
-fn hosts_of_locations() {
-    let host = |text: &str| host_of(&text.parse().unwrap()).to_string();
-    assert_eq!(host("127.0.0.1:7000"), "127.0.0.1");
-    assert_eq!(host("[::1]:7000"), "::1");
-    assert_eq!(host("redis.example:1"), "redis.example");
-}
-
 /// A node's map is judged against the servers sick when the discovery
 /// began: no slots is no map, one naming a sick master is kept only
 /// as a last resort, any other is used.
