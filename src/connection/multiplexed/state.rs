@@ -55,7 +55,9 @@ pub(super) struct State {
     /// How many requests at the front of `in_flight` hold their reply.
     pub(super) held: usize,
     /// [ext] The server the open connection reached (its `run_id`), given
-    /// with each reply read on it.
+    /// with each reply read on it. A copy of the connection's `Prepared`
+    /// identity (`Multiplexed::prepared`), taken at checkout, so that
+    /// routing a reply takes no second lock.
     pub(super) identity: Option<Arc<str>>,
     /// The tokens of this multiplexer's fences.
     pub(super) fences: Fences,
