@@ -2,6 +2,8 @@
 //!
 //! One more trial, `sweep.commands`, is not a vtc file: every command the
 //! server lists, through four databases of one varnishd (tests/vtc/sweep/).
+//! And one per ```` ```vcl ```` block of README.md and docs/*.md, `docs.FILE:LINE`:
+//! the block `vcl.load`ed as written (tests/vtc/docs.rs).
 //!
 //! Run all: `cargo test --test vtc`; a subset: `cargo test --test vtc -- standalone`
 //! (substring of the trial name, i.e. of the file name without `.vtc`).
@@ -151,6 +153,7 @@
 #[path = "../support/cluster.rs"]
 mod cluster;
 mod directives;
+mod docs;
 mod modes;
 mod report;
 #[path = "../support/sentinel.rs"]
@@ -238,6 +241,7 @@ fn main() {
             )))
         }),
     });
+    trials.extend(docs::trials(mode));
     let conclusion = libtest_mimic::run(&args, trials);
     if let Some(base) = support::created_base_dir() {
         if !keep() {
