@@ -6,14 +6,16 @@
 //! A block names the servers a site would have; the trial puts live
 //! redis-servers in their place (`#@ redis s0`, `s1`..., `#@ redis-tls`
 //! when the block says `tls`), so that what `vcl_init` does on load (a
-//! `ROLE` probe, a cluster map read, files checked) happens against
-//! something real, on loopback only (see [`live`]):
+//! `ROLE` probe, a cluster map read, the TLS files read) happens against
+//! something real, on loopback only (see [`live`]). `vcl.load` does not
+//! need the servers to answer (Sentinels and cluster seeds that do not
+//! are logged), but it does need the TLS files:
 //! * each distinct `A.B.C.D:PORT` or `localhost:PORT`: a server of its own,
 //!   in order of appearance (its TLS address in a block that says `tls`);
 //! * `/run/redis/redis.sock`: the first server's UNIX socket;
 //! * `/etc/redis/tls/ca.crt`, `client.crt`, `client.key`, and the directory
-//!   `/etc/redis/tls/`: the harness's CA, client certificate and key, and
-//!   their rehashed directory (`tls_capath`).
+//!   `/etc/redis/tls` (a `tls_capath`): the harness's CA, client
+//!   certificate and key, and their rehashed directory.
 //!
 //! The block is otherwise loaded as written, as a file (`vcl.load`),
 //! `import redis;` finding the module through `vmod_path`. Not run in the
@@ -105,7 +107,7 @@ fn live(vcl: &str, tls: bool) -> (String, usize) {
         ("/etc/redis/tls/ca.crt", "${tls_ca}"),
         ("/etc/redis/tls/client.crt", "${tls_client_cert}"),
         ("/etc/redis/tls/client.key", "${tls_client_key}"),
-        ("/etc/redis/tls/", "${tls_dir}"),
+        ("/etc/redis/tls", "${tls_dir}"),
         ("/run/redis/redis.sock", "${s0_sock}"),
     ];
     let mut text = vcl.to_string();
