@@ -368,10 +368,22 @@ pub fn with_reply<R>(ctx: &Ctx, db: &Arc<Database>, read: impl FnOnce(Option<&Re
 
 // ---- introspection ----------------------------------------------------
 
+/// Whose counters `.stats()` shows.
+pub enum StatsOf<'a> {
+    /// `db.stats()`, or `redis.stats(db=...)` of one database.
+    One(&'a Database),
+    /// [ext] `redis.stats(db="*")`: every database of the VCL.
+    Every(&'a VclState),
+}
+
+/// The `db` argument of `redis.stats()` that means every database: a VCL
+/// object name is never `*`, so it cannot shadow one.
+pub const EVERY_DATABASE: &[u8] = b"*";
+
 /// `.stats()`: the text, or None when it was streamed into the body.
 pub fn stats(
     ctx: &Ctx,
-    db: &Database,
+    of: StatsOf,
     format: &str,
     stream: bool,
     prometheus: &PrometheusOptions,
@@ -383,7 +395,13 @@ pub fn stats(
         StatsFormat::Json
     };
     let mut text = String::with_capacity(1024);
-    db.write_stats(&mut text, &format, extended);
+    match of {
+        StatsOf::One(db) => db.write_stats(&mut text, &format, extended),
+        StatsOf::Every(vcl) => {
+            let databases = vcl.databases.read().clone();
+            Database::write_stats_of_every(&databases, &mut text, &format, extended);
+        }
+    }
     if stream && ctx.in_synth() {
         ctx.synth_write(&text);
         None

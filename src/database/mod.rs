@@ -17,7 +17,9 @@ use crate::error::Result;
 use crate::logger::Log;
 use crate::near_cache::NearCache;
 use crate::server::{ConnectionPolicy, Health, Server};
-use crate::stats::{Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext};
+use crate::stats::{
+    every_database, Counter, PrometheusOptions, ServerSnapshot, Stats, StatsContext,
+};
 use crate::topology::{Servers, Topology};
 
 /// What [`Database::execute`] tells its caller besides the result.
@@ -421,12 +423,58 @@ impl Database {
     /// (which has no per-server data, however many servers), plus each
     /// server's state when `extended` ([ext]).
     pub fn write_stats(&self, out: &mut String, format: &StatsFormat, extended: bool) {
-        let topology = self.topology();
+        let servers = self.server_snapshots(extended);
+        let context = StatsContext {
+            db_name: &self.name,
+            servers: &servers,
+        };
+        match format {
+            StatsFormat::Json => self.stats.write_json(out, &context),
+            StatsFormat::Prometheus(options) => self.stats.write_prometheus(out, &context, options),
+        }
+    }
+
+    /// [ext] `redis.stats(db="*")`: the counters of every database in one
+    /// document (see [`crate::stats::every_database`]).
+    pub fn write_stats_of_every(
+        databases: &[Arc<Database>],
+        out: &mut String,
+        format: &StatsFormat,
+        extended: bool,
+    ) {
+        let servers: Vec<Vec<ServerSnapshot>> = databases
+            .iter()
+            .map(|db| db.server_snapshots(extended))
+            .collect();
+        let parts: Vec<every_database::Part> = databases
+            .iter()
+            .zip(&servers)
+            .map(|(db, servers)| {
+                let context = StatsContext {
+                    db_name: &db.name,
+                    servers,
+                };
+                (&*db.stats, context)
+            })
+            .collect();
+        match format {
+            StatsFormat::Json => every_database::write_json(out, &parts),
+            StatsFormat::Prometheus(options) => {
+                every_database::write_prometheus(out, &parts, options)
+            }
+        }
+    }
+
+    /// What each server looks like now, for `extended` stats; none
+    /// otherwise.
+    fn server_snapshots(&self, extended: bool) -> Vec<ServerSnapshot> {
+        if !extended {
+            return Vec::new();
+        }
         let now = Instant::now();
-        let servers: Vec<ServerSnapshot> = topology
+        self.topology()
             .servers
             .iter()
-            .filter(|_| extended)
             .map(|server| {
                 let (open, idle) = server.pool_state();
                 ServerSnapshot {
@@ -438,15 +486,7 @@ impl Database {
                     commands_in_flight: server.commands_in_flight() as u64,
                 }
             })
-            .collect();
-        let context = StatsContext {
-            db_name: &self.name,
-            servers: &servers,
-        };
-        match format {
-            StatsFormat::Json => self.stats.write_json(out, &context),
-            StatsFormat::Prometheus(options) => self.stats.write_prometheus(out, &context, options),
-        }
+            .collect()
     }
 
     /// Closes idle connections (VCL cold). Returns how many were closed.

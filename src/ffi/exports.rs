@@ -434,22 +434,57 @@ element_reader!(vmod_db_get_array_reply_value, vmod_get_array_reply_value -> VCL
 
 // ---- introspection --------------------------------------------------------
 
-entry!(vmod_db_stats, vmod_stats,
-(format: VCL_ENUM => Cow<str>, stream: VCL_BOOL => bool,
- prometheus_name_prefix: VCL_STRING => Cow<str>,
- prometheus_default_labels: VCL_BOOL => bool,
- prometheus_extra_labels: VCL_STRING => Cow<str>);
-(extended: VCL_BOOL => bool) -> VCL_STRING = ptr::null(),
-|ctx, db| {
+/// `.stats()` and `redis.stats()`: the options as `vcl::stats` takes them,
+/// and its text as the VCL string ("" when it was streamed).
+fn stats_entry(
+    ctx: &Ctx,
+    of: vcl::StatsOf,
+    (format, stream, prefix, default_labels, extra_labels, extended): StatsArgs,
+) -> VCL_STRING {
     let options = PrometheusOptions {
-        name_prefix: &prometheus_name_prefix,
-        default_labels: prometheus_default_labels,
-        extra_labels: &prometheus_extra_labels,
+        name_prefix: &prefix,
+        default_labels,
+        extra_labels: &extra_labels,
     };
-    match vcl::stats(ctx, db, &format, stream, &options, extended) {
+    match vcl::stats(ctx, of, &format, stream, &options, extended) {
         Some(text) => ctx.copy_str(text.as_bytes()),
         None => c"".as_ptr(),
     }
+}
+
+/// The arguments of `.stats()` but `db`, in vmod.vcc's order.
+type StatsArgs<'a> = (Cow<'a, str>, bool, Cow<'a, str>, bool, Cow<'a, str>, bool);
+
+export!(fn vmod_db_stats(ctx, obj: *mut vmod_redis_db => &DbObject,
+    format: VCL_ENUM => Cow<str>, stream: VCL_BOOL => bool,
+    prometheus_name_prefix: VCL_STRING => Cow<str>,
+    prometheus_default_labels: VCL_BOOL => bool,
+    prometheus_extra_labels: VCL_STRING => Cow<str>,
+    extended: VCL_BOOL => bool,
+) -> VCL_STRING = ptr::null(); {
+    stats_entry(ctx, vcl::StatsOf::One(obj), (format, stream, prometheus_name_prefix,
+        prometheus_default_labels, prometheus_extra_labels, extended))
+});
+
+// Not from `entry!`: `db="*"` ([ext]) names every database, not one.
+export!(fn vmod_stats(ctx, priv_vcl: *mut vmod_priv => &VclState,
+    priv_task: *mut vmod_priv => Option<&TaskState>,
+    format: VCL_ENUM => Cow<str>, stream: VCL_BOOL => bool,
+    prometheus_name_prefix: VCL_STRING => Cow<str>,
+    prometheus_default_labels: VCL_BOOL => bool,
+    prometheus_extra_labels: VCL_STRING => Cow<str>,
+    db: VCL_STRING => &[u8],
+    extended: VCL_BOOL => bool,
+) -> VCL_STRING = ptr::null(); {
+    let args = (format, stream, prometheus_name_prefix, prometheus_default_labels,
+        prometheus_extra_labels, extended);
+    if db == vcl::EVERY_DATABASE {
+        return stats_entry(ctx, vcl::StatsOf::Every(priv_vcl), args);
+    }
+    let Some(found) = vcl::resolve(ctx, priv_vcl, priv_task, db) else {
+        return ptr::null();
+    };
+    stats_entry(ctx, vcl::StatsOf::One(&found), args)
 });
 entry!(vmod_db_counter, vmod_counter, (name: VCL_STRING => Cow<str>) -> VCL_INT = 0,
     |ctx, db| vcl::counter(ctx, db, &name));

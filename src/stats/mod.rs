@@ -484,6 +484,22 @@ impl Stats {
     /// ordered extra, `name`, then `reason` / `server` (libvmod-redis's
     /// order; `{}` when there are none, as it prints too).
     pub fn write_prometheus(&self, out: &mut String, ctx: &StatsContext, opts: &PrometheusOptions) {
+        for family in self.prometheus_families(ctx, opts, opts.default_labels) {
+            out.push_str(&family.type_line);
+            out.push_str(&family.samples);
+        }
+    }
+
+    /// The families of [`write_prometheus`](Self::write_prometheus), in
+    /// output order, kept apart so that the families of several databases
+    /// can be merged ([`every_database`]). `name_label`: the `name` label
+    /// (`opts.default_labels` decides the `server` label).
+    fn prometheus_families(
+        &self,
+        ctx: &StatsContext,
+        opts: &PrometheusOptions,
+        name_label: bool,
+    ) -> Vec<PrometheusFamily> {
         let values = self.snapshot();
         let prefix = if opts.name_prefix.is_empty() {
             DEFAULT_PROMETHEUS_PREFIX
@@ -494,7 +510,7 @@ impl Stats {
             .extra_labels
             .trim_matches(|ch: char| ch == ',' || ch.is_whitespace());
         let mut base = String::from(extra);
-        if opts.default_labels {
+        if name_label {
             if !base.is_empty() {
                 base.push(',');
             }
@@ -503,19 +519,22 @@ impl Stats {
             base.push('"');
         }
 
+        let mut families: Vec<PrometheusFamily> = Vec::new();
         let mut family_done: Option<&str> = None;
         for &c in ctx.counters() {
             let (family, reason) = c.prometheus_parts();
             if family_done != Some(family) {
-                out.push_str("# TYPE ");
-                metric_name(out, prefix, family);
-                out.push_str(if c.is_gauge() {
+                let mut type_line = String::from("# TYPE ");
+                metric_name(&mut type_line, prefix, family);
+                type_line.push_str(if c.is_gauge() {
                     " gauge\n"
                 } else {
                     " counter\n"
                 });
+                families.push(PrometheusFamily::new(type_line));
                 family_done = Some(family);
             }
+            let out = &mut families.last_mut().expect("pushed above").samples;
             metric_name(out, prefix, family);
             match reason {
                 Some(label) => labels(out, &base, &[label]),
@@ -525,7 +544,7 @@ impl Stats {
         }
 
         if ctx.servers.is_empty() {
-            return;
+            return families;
         }
         type Gauge = fn(&ServerSnapshot) -> u64;
         let gauges: [(&str, Gauge); 5] = [
@@ -536,7 +555,8 @@ impl Stats {
             ("server_commands_in_flight", |s| s.commands_in_flight),
         ];
         for (family, value) in gauges {
-            let _ = writeln!(out, "# TYPE {prefix}{family} gauge");
+            let mut gauge = PrometheusFamily::new(format!("# TYPE {prefix}{family} gauge\n"));
+            let out = &mut gauge.samples;
             for s in ctx.servers {
                 let _ = write!(out, "{prefix}{family}");
                 let mut own = Vec::with_capacity(2);
@@ -549,6 +569,24 @@ impl Stats {
                 labels(out, &base, &own);
                 let _ = writeln!(out, " {}", value(s));
             }
+            families.push(gauge);
+        }
+        families
+    }
+}
+
+/// One family of a Prometheus exposition: its `# TYPE` line and its
+/// sample lines, each ending in `\n`.
+struct PrometheusFamily {
+    type_line: String,
+    samples: String,
+}
+
+impl PrometheusFamily {
+    fn new(type_line: String) -> Self {
+        PrometheusFamily {
+            type_line,
+            samples: String::new(),
         }
     }
 }
@@ -610,6 +648,9 @@ fn json_string(out: &mut String, value: &str) {
     out.push('"');
 }
 
+pub(crate) mod every_database;
+#[cfg(test)]
+mod test_every_database;
 #[cfg(test)]
 mod test_json;
 #[cfg(test)]

@@ -75,7 +75,7 @@ const C_JSON: &str = r#"{"servers": {"total": 1,"failed": 0},"connections": {"to
 /// `other.stats()` after one request (two failed commands).
 const C_JSON_UNREACHABLE: &str = r#"{"servers": {"total": 1,"failed": 0},"connections": {"total": 0,"failed": 2,"dropped": {"error": 0,"hung_up": 0,"overflow": 0,"ttl": 0,"version": 0,"sick": 0}},"workers": {"blocked": 0},"commands": {"total": 0,"failed": 2,"retried": 0,"error": 0,"noscript": 0},"cluster": {"discoveries": {"total": 0,"failed": 0},"replies": {"moved": 0,"ask": 0}}}"#;
 /// `/prom`, request 2: `db.stats(format=prometheus)`.
-const C_PROM: &str = r#"# TYPE vmod_redis_servers_total counter
+pub(super) const C_PROM: &str = r#"# TYPE vmod_redis_servers_total counter
 vmod_redis_servers_total{name="db"} 1
 # TYPE vmod_redis_servers_failed counter
 vmod_redis_servers_failed{name="db"} 0
@@ -232,7 +232,7 @@ fn stats_with(values: &[(Counter, u64)]) -> Stats {
 }
 
 /// The state of `db` after `requests` requests of the capture.
-fn captured_db(requests: u64) -> Stats {
+pub(super) fn captured_db(requests: u64) -> Stats {
     stats_with(&[
         (Counter::ServersTotal, 1),
         (Counter::ConnectionsTotal, 1),
@@ -417,7 +417,7 @@ fn json_parses_and_has_every_key() {
     assert!(reference.keys().eq(flat.keys()));
 }
 
-fn servers() -> Vec<ServerSnapshot> {
+pub(super) fn servers() -> Vec<ServerSnapshot> {
     vec![
         ServerSnapshot {
             location: "127.0.0.1:6379".into(),

@@ -85,6 +85,8 @@
 //!   (its pkg-config `vmoddir`), for `import std;` next to `import redis;`:
 //!   `-p vmod_path=${vmod_dir}:${varnish_vmod_dir}`.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
+//! * `${project_dir}`: this clone's root, for files of the project a vtc
+//!   checks (monitoring/, tests/monitoring/).
 //! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
 //!   per-test directory, which varnishtest defines itself (a `-Dtmpdir` would
@@ -372,6 +374,7 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
             which(&support::cli_program(), "/usr/bin/redis-cli"),
         ),
         ("harness_tmpdir".into(), dir.display().to_string()),
+        ("project_dir".into(), env!("CARGO_MANIFEST_DIR").into()),
     ];
     if mode.tls {
         let material = make_tls_material(&dir)?;
