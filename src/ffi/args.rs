@@ -99,14 +99,14 @@ impl<T: Any + Default> FromVcl<*mut vmod_priv> for Option<&T> {
     }
 }
 
-/// The events the VCL layer acts on (`None`: another one).
-impl FromVcl<vcl_event_e> for Option<Event> {
+/// The VCL events (varnishd's four, all acted on).
+impl FromVcl<vcl_event_e> for Event {
     unsafe fn from_vcl(arg: vcl_event_e) -> Option<Self> {
         Some(match arg {
-            vcl_event_e::VCL_EVENT_WARM => Some(Event::Warm),
-            vcl_event_e::VCL_EVENT_COLD => Some(Event::Cold),
-            vcl_event_e::VCL_EVENT_DISCARD => Some(Event::Discard),
-            _ => None,
+            vcl_event_e::VCL_EVENT_LOAD => Event::Load,
+            vcl_event_e::VCL_EVENT_WARM => Event::Warm,
+            vcl_event_e::VCL_EVENT_COLD => Event::Cold,
+            vcl_event_e::VCL_EVENT_DISCARD => Event::Discard,
         })
     }
 }

@@ -82,6 +82,8 @@
 //! * `${varnish_vmod_dir}`: the vmod directory of the Varnish under test
 //!   (its pkg-config `vmoddir`), for `import std;` next to `import redis;`:
 //!   `-p vmod_path=${vmod_dir}:${varnish_vmod_dir}`.
+//! * `${vmod_version}`: the crate's version (Cargo.toml), which
+//!   `redis.version()` reports.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
 //! * `${harness_tmpdir}`: the per-file directory holding the servers' sockets,
 //!   logs and data (mode 0755). Note: `${tmpdir}` is varnishtest's own
@@ -363,6 +365,7 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
             so.parent().unwrap_or(&dir).display().to_string(),
         ),
         ("varnish_vmod_dir".into(), varnish_vmod_dir()),
+        ("vmod_version".into(), env!("CARGO_PKG_VERSION").into()),
         (
             "redis_cli".into(),
             which(&support::cli_program(), "/usr/bin/redis-cli"),
