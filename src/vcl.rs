@@ -3,6 +3,7 @@
 //! (`VCL_Error`, `[REDIS]` prefix) and leave the reply slot empty;
 //! configuration errors fail `vcl.load`.
 use std::cell::RefCell;
+use std::ffi::CStr;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -463,19 +464,41 @@ pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) 
     }
 }
 
+/// [ext] `redis.version()`: "vmod-redis <Cargo.toml's version>", the same
+/// text the `vcl.load` log line gives.
+pub const VERSION: &CStr = match CStr::from_bytes_with_nul(
+    concat!("vmod-redis ", env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+) {
+    Ok(version) => version,
+    Err(_) => panic!("the version holds a NUL byte"),
+};
+
 /// The VCL events the module acts on.
 pub enum Event {
+    Load,
     Warm,
     Cold,
     Discard,
 }
 
-pub fn event(vcl: &VclState, event: Event) {
+pub fn event(ctx: &Ctx, vcl: &VclState, event: Event) {
     match event {
+        Event::Load => loaded(ctx),
         Event::Warm => warm(vcl),
         Event::Cold => cold(vcl),
         Event::Discard => discard(vcl),
     }
+}
+
+/// `vcl.load`: which module (and release) the VCL got, for an operator
+/// who reads the log after switching from the C VMOD or back.
+fn loaded(ctx: &Ctx) {
+    let vcl_name = ctx.vcl_name().unwrap_or_default();
+    let version = VERSION.to_string_lossy();
+    ctx.log(
+        Level::Info,
+        &format!("[REDIS] {version} loaded by VCL {vcl_name}"),
+    );
 }
 
 /// VCL warm: show the databases' counters in varnishstat.

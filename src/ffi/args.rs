@@ -103,9 +103,14 @@ impl<T: Any + Default> FromVcl<*mut vmod_priv> for Option<&T> {
 impl FromVcl<vcl_event_e> for Option<Event> {
     unsafe fn from_vcl(arg: vcl_event_e) -> Option<Self> {
         Some(match arg {
+            vcl_event_e::VCL_EVENT_LOAD => Some(Event::Load),
             vcl_event_e::VCL_EVENT_WARM => Some(Event::Warm),
             vcl_event_e::VCL_EVENT_COLD => Some(Event::Cold),
             vcl_event_e::VCL_EVENT_DISCARD => Some(Event::Discard),
+            #[allow(
+                unreachable_patterns,
+                reason = "none before Varnish 8.0, which adds VDI_EVENT_SICK"
+            )]
             _ => None,
         })
     }

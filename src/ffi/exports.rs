@@ -157,16 +157,20 @@ macro_rules! reader {
 
 // ---- module configuration, events, constructor ------------------------
 
-export!(fn vmod_event_function(_ctx,
+export!(fn vmod_event_function(ctx,
     priv_vcl: *mut vmod_priv => Option<&VclState>,
     event: vcl_event_e => Option<Event>,
 ) -> c_int = 0; {
     // Before any connect (VCL_EVENT_LOAD comes before vcl_init).
     crate::connection::lookup::set_before_first_thread(super::pin_module);
     if let (Some(vcl), Some(event)) = (priv_vcl, event) {
-        vcl::event(vcl, event);
+        vcl::event(ctx, vcl, event);
     }
     0
+});
+
+export!(fn vmod_version(_ctx) -> VCL_STRING = ptr::null(); {
+    vcl::VERSION.as_ptr()
 });
 
 export!(fn vmod_subnets(ctx,

@@ -84,6 +84,8 @@
 //! * `${varnish_vmod_dir}`: the vmod directory of the Varnish under test
 //!   (its pkg-config `vmoddir`), for `import std;` next to `import redis;`:
 //!   `-p vmod_path=${vmod_dir}:${varnish_vmod_dir}`.
+//! * `${vmod_version}`: the crate's version (Cargo.toml), which
+//!   `redis.version()` reports.
 //! * `${redis_cli}`: path of redis-cli (`/usr/bin/redis-cli`).
 //! * `${project_dir}`: this clone's root, for files of the project a vtc
 //!   checks (monitoring/, tests/monitoring/).
@@ -369,6 +371,7 @@ fn run_file(file: &Path, mode: Mode) -> Result<Completion, Failed> {
             so.parent().unwrap_or(&dir).display().to_string(),
         ),
         ("varnish_vmod_dir".into(), varnish_vmod_dir()),
+        ("vmod_version".into(), env!("CARGO_PKG_VERSION").into()),
         (
             "redis_cli".into(),
             which(&support::cli_program(), "/usr/bin/redis-cli"),
