@@ -124,6 +124,9 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
+            for adjusted in &config.adjusted {
+                ctx.log(Level::Error, &format!("[REDIS] db {name}: {adjusted}"));
+            }
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             let mut note = |note: Note| log_note(ctx, name, note);
             Database::with_stats(
