@@ -6,11 +6,17 @@
 //! signature (or is named, `` `name` ``, in a section with no table), and
 //! a row names only an argument of that section.
 //!
+//! [ext]: an entry or argument the C VMOD 15.1 (its `vmod_redis(3)`
+//! synopsis, `cvmod-15.1.synopsis`) lacks is marked [ext] (the argument's
+//! row, or a paragraph of the entry's section naming it), and a row of
+//! one it has is not.
+//!
 //! Run: `cargo test --test reference`.
 use std::collections::BTreeMap;
 
-const VCC: &str = include_str!("../vmod.vcc");
-const REFERENCE: &str = include_str!("../docs/reference.md");
+const VCC: &str = include_str!("../../vmod.vcc");
+const REFERENCE: &str = include_str!("../../docs/reference.md");
+const CVMOD: &str = include_str!("cvmod-15.1.synopsis");
 
 /// One entry of the VCL interface: `new xdb = redis.db`, `xdb.command`,
 /// `redis.use`... and its arguments as written (`STRING db=""`).
@@ -73,6 +79,32 @@ fn parse_call(text: &str) -> Option<(String, String)> {
     let open = text.find('(')?;
     let inner = text[open + 1..].strip_suffix(')')?;
     Some((text[..open].trim().to_string(), inner.to_string()))
+}
+
+/// The C VMOD 15.1's entries (named as here: `redis.db`, `xdb.command`,
+/// `redis.command`) and their argument names.
+fn cvmod_entries() -> BTreeMap<String, Vec<String>> {
+    let mut entries = BTreeMap::new();
+    for line in CVMOD.lines().filter(|line| !line.starts_with('#')) {
+        let (head, inner) = parse_call(line.trim()).expect("a synopsis line");
+        let name = match head.strip_prefix("new xdb = ") {
+            Some(name) => name.to_string(),
+            None => {
+                let name = head.split_once(' ').expect("TYPE name").1;
+                if name.starts_with("xdb.") {
+                    name.to_string()
+                } else {
+                    format!("redis.{name}")
+                }
+            }
+        };
+        let args = split_args(&inner)
+            .iter()
+            .map(|arg| arg.rsplit(' ').next().unwrap_or(arg).to_string())
+            .collect();
+        entries.insert(name, args);
+    }
+    entries
 }
 
 /// The interface as vmod.vcc declares it.
@@ -183,12 +215,66 @@ fn parse_signature(text: &str) -> Signature {
 /// The argument names in the first cell of the section's table rows:
 /// `` | `name` | ... ``.
 fn table_arguments(prose: &str) -> Vec<String> {
+    table_rows(prose)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// The argument table rows of a section: the name, and the row.
+fn table_rows(prose: &str) -> Vec<(String, &str)> {
     prose
         .lines()
-        .filter_map(|line| line.trim().strip_prefix("| `"))
-        .filter_map(|rest| rest.split_once("` |").map(|(name, _)| name.to_string()))
-        .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("| `")?;
+            let (name, _) = rest.split_once("` |")?;
+            let name_only = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            name_only.then(|| (name.to_string(), line))
+        })
         .collect()
+}
+
+/// The [ext] marks that are missing or wrong, against the C VMOD 15.1.
+fn ext_problems(sections: &[Section]) -> Vec<String> {
+    let cvmod = cvmod_entries();
+    let mut problems = Vec::new();
+    for section in sections {
+        for (arg, row) in table_rows(&section.prose) {
+            let theirs = section.signatures.iter().any(|signature| {
+                cvmod
+                    .get(&signature.name)
+                    .is_some_and(|args| args.contains(&arg))
+            });
+            match (theirs, row.contains("[ext]")) {
+                (false, false) => problems.push(format!(
+                    "section {:?}: row `{arg}` is not the C VMOD's: mark it [ext]",
+                    section.heading
+                )),
+                (true, true) => problems.push(format!(
+                    "section {:?}: row `{arg}` is the C VMOD's, not [ext]",
+                    section.heading
+                )),
+                _ => {}
+            }
+        }
+        let text = format!("{}\n\n{}", section.heading, section.prose);
+        for signature in &section.signatures {
+            if cvmod.contains_key(&signature.name) {
+                continue;
+            }
+            let short = signature.name.rsplit('.').next().unwrap_or_default();
+            let marked = text.split("\n\n").any(|paragraph| {
+                paragraph.contains("[ext]") && paragraph.contains(&format!("{short}("))
+            });
+            if !marked {
+                problems.push(format!(
+                    "{}: not the C VMOD's, but no paragraph of section {:?} says it is [ext]",
+                    signature.name, section.heading
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// What is wrong with `reference` against vmod.vcc, one line each.
@@ -251,6 +337,7 @@ fn problems(reference: &str) -> Vec<String> {
             }
         }
     }
+    problems.extend(ext_problems(&sections));
     let documented: BTreeMap<String, Signature> = documented
         .into_iter()
         .map(|(name, (signature, _))| (name, signature))
@@ -324,6 +411,52 @@ fn the_check_finds_what_is_wrong() {
         found
             .iter()
             .any(|p| p.starts_with("redis.db: argument `tls_keyfile` not described")),
+        "{found:?}"
+    );
+
+    // [ext] marks: one removed, one added where it does not belong.
+    let unmarked = REFERENCE.replacen(
+        "| `discover` | `false` | [ext] Add",
+        "| `discover` | `false` | Add",
+        1,
+    );
+    assert_ne!(unmarked, REFERENCE, "the reference marks discover [ext]");
+    let found = problems(&unmarked);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("row `discover` is not the C VMOD's: mark it [ext]")),
+        "{found:?}"
+    );
+    let marked = REFERENCE.replacen(
+        "| `period` | `60` | Seconds",
+        "| `period` | `60` | [ext] Seconds",
+        1,
+    );
+    assert_ne!(marked, REFERENCE, "the reference has a period row");
+    let found = problems(&marked);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("row `period` is the C VMOD's, not [ext]")),
+        "{found:?}"
+    );
+    let entry = REFERENCE.replacen("### redis.weights() [ext]", "### redis.weights()", 1);
+    let entry = entry.replacen(
+        "[ext] on Varnish 7.1 and 7.7; the C VMOD",
+        "On Varnish 7.1 and 7.7 the C VMOD",
+        1,
+    );
+    let entry = entry.replacen(
+        "| `rules` | `\"\"`: the environment variable `VMOD_REDIS_WEIGHTS` | [ext] ",
+        "| `rules` | `\"\"`: the environment variable `VMOD_REDIS_WEIGHTS` | ",
+        1,
+    );
+    let found = problems(&entry);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("redis.weights: not the C VMOD's")),
         "{found:?}"
     );
 
