@@ -43,11 +43,36 @@ pub struct VclState {
     trackers: Mutex<Option<Trackers>>,
 }
 
-/// Module-level task state (PRIV_TASK of the proxied functions): the
-/// database picked by `redis.use()`.
+impl VclState {
+    /// The database of this VCL named `name` (case-sensitive, as VCL
+    /// object names).
+    fn database(&self, name: &[u8]) -> Option<Arc<Database>> {
+        let databases = self.databases.read();
+        databases
+            .iter()
+            .find(|db| db.name().as_bytes() == name)
+            .cloned()
+    }
+}
+
+/// Module-level task state (PRIV_TASK of the proxied functions): what
+/// `redis.use()` picked.
 #[derive(Default)]
 pub struct TaskState {
-    used: RefCell<Option<Arc<Database>>>,
+    used: RefCell<Used>,
+}
+
+/// The database the proxied functions use when called without `db`.
+#[derive(Default)]
+enum Used {
+    /// No `use()` in this task: the first database of the VCL.
+    #[default]
+    First,
+    Database(Arc<Database>),
+    /// `use()` of a name no `redis.db()` of the VCL has: as in the C
+    /// VMOD, the proxied functions run nothing until a `use()` of a known
+    /// name, rather than run on a database the VCL did not ask for.
+    Unknown(String),
 }
 
 /// The per-task command and reply of one database object, and the
@@ -100,6 +125,9 @@ pub fn db_new(ctx: &Ctx, vcl: &VclState, name: &str, args: &DbArgs) -> Option<Ar
     let created = DbConfig::from_args(args)
         .map_err(Error::from)
         .and_then(|config| {
+            for adjusted in &config.adjusted {
+                ctx.log(Level::Error, &format!("[REDIS] db {name}: {adjusted}"));
+            }
             let stats = counter_segment(ctx, name).map_or_else(Stats::default, Stats::in_memory);
             let mut note = |note: Note| log_note(ctx, name, note);
             Database::with_stats(
@@ -424,43 +452,58 @@ pub fn counter(ctx: &Ctx, db: &Database, name: &str) -> i64 {
 // ---- proxied functions and events -----------------------------------
 
 /// The database a proxied function works on: `db` by VCL name, else the
-/// one picked by `use()`, else the first one the VCL created.
+/// one picked by `use()`, else the first one the VCL created. None, and a
+/// `VCL_Error` with the C VMOD's words, when that names no database;
+/// `function` (`command`, `get_reply`...) says which call ran nothing.
 pub fn resolve(
     ctx: &Ctx,
     vcl: &VclState,
     task: Option<&TaskState>,
+    function: &str,
     name: &[u8],
 ) -> Option<Arc<Database>> {
-    let databases = vcl.databases.read();
-    let found = if name.is_empty() {
-        task.and_then(|task| task.used.borrow().clone())
-            .or_else(|| databases.first().cloned())
+    let (found, wanted) = if name.is_empty() {
+        let used = task.map(|task| task.used.borrow());
+        match used.as_deref() {
+            Some(Used::Database(db)) => (Some(db.clone()), String::new()),
+            Some(Used::Unknown(name)) => (None, name.clone()),
+            Some(Used::First) | None => (vcl.databases.read().first().cloned(), String::new()),
+        }
     } else {
-        databases
-            .iter()
-            .find(|db| db.name().as_bytes() == name)
-            .cloned()
+        (
+            vcl.database(name),
+            String::from_utf8_lossy(name).into_owned(),
+        )
     };
     if found.is_none() {
         ctx.log(
             Level::Error,
-            &format!(
-                "[REDIS] unknown database \"{}\"",
-                String::from_utf8_lossy(name)
-            ),
+            &format!("[REDIS] {function}(): Database instance not available (db={wanted})"),
         );
     }
     found
 }
 
-/// `redis.use(db)`.
+/// `redis.use(db)`: a name no database has (`""` included) leaves the
+/// task with none, as in the C VMOD.
 pub fn use_db(ctx: &Ctx, vcl: &VclState, task: Option<&TaskState>, name: &[u8]) {
-    if name.is_empty() {
-        ctx.log(Level::Error, "[REDIS] use(): empty database name");
-        return;
-    }
-    if let (Some(db), Some(task)) = (resolve(ctx, vcl, None, name), task) {
-        *task.used.borrow_mut() = Some(db);
+    let used = match vcl.database(name) {
+        Some(db) => Used::Database(db),
+        None => {
+            let name = String::from_utf8_lossy(name).into_owned();
+            ctx.log(
+                Level::Error,
+                &format!(
+                    "[REDIS] use(): Failed to use database (db={name}): no redis.db() of this VCL \
+                     has that name; the proxied functions called without db run nothing in this \
+                     task until a use() of a known name"
+                ),
+            );
+            Used::Unknown(name)
+        }
+    };
+    if let Some(task) = task {
+        *task.used.borrow_mut() = used;
     }
 }
 

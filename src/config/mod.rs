@@ -280,7 +280,7 @@ pub struct DbConfig {
     pub command_timeout: Option<Duration>,
     pub max_command_retries: u32,
     pub shared_connections: bool,
-    /// At least 1.
+    /// At least 1; shared: at most [`MAX_SLOTS`](crate::connection::shared::MAX_SLOTS).
     pub max_connections: u32,
     pub protocol: Protocol,
     /// `tls=true`: the checked TLS settings.
@@ -291,7 +291,7 @@ pub struct DbConfig {
     /// Zero: a failing server is never marked sick.
     pub sickness_ttl: Duration,
     pub ignore_slaves: bool,
-    /// 0: unlimited.
+    /// At least 1: a VCL 0 ("no limit") is [`UNLIMITED_CLUSTER_HOPS`].
     pub max_cluster_hops: u32,
     pub debug: bool,
     pub pipelining: bool,
@@ -299,6 +299,35 @@ pub struct DbConfig {
     pub near_cache: usize,
     /// [ext] `None`: entries are served until invalidated or evicted.
     pub near_cache_ttl: Option<Duration>,
+    /// The values above that are not what the VCL gave, for the log.
+    pub adjusted: Vec<Adjusted>,
+}
+
+/// Redirections one command follows when `max_cluster_hops` is 0 ("no
+/// limit"): a cluster whose nodes disagree for good must not hold a worker
+/// forever.
+pub(crate) const UNLIMITED_CLUSTER_HOPS: u32 = 1024;
+
+/// A value of `redis.db()` not used as given (the C VMOD takes it as
+/// given), said once at `vcl_init`: what was given, what is used and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adjusted {
+    pub arg: &'static str,
+    pub given: i64,
+    pub used: u32,
+    pub why: &'static str,
+}
+
+impl fmt::Display for Adjusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Adjusted {
+            arg,
+            given,
+            used,
+            why,
+        } = self;
+        write!(f, "{arg}={given} is used as {arg}={used}: {why}")
+    }
 }
 
 /// A non-negative count that fits in u32.
@@ -368,7 +397,19 @@ impl DbConfig {
                 value: args.max_connections,
             });
         }
-        let max_connections = count("max_connections", args.max_connections)?;
+        let mut adjusted = Vec::new();
+        let mut max_connections = count("max_connections", args.max_connections)?;
+        let pool_max = crate::connection::shared::MAX_SLOTS;
+        if args.shared_connections && max_connections > pool_max {
+            max_connections = pool_max;
+            adjusted.push(Adjusted {
+                arg: "max_connections",
+                given: args.max_connections,
+                used: pool_max,
+                why: "a shared pool holds at most that many (more than the worker threads \
+                      varnishd runs by default: thread_pools x thread_pool_max = 2 x 5000)",
+            });
+        }
         let protocol: Protocol = args.protocol.parse()?;
         if args.tls.enabled {
             if let Some(Location::Unix(path)) = &location {
@@ -383,7 +424,20 @@ impl DbConfig {
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
         let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
-        let max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
+        let mut max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
+        if max_cluster_hops == 0 {
+            max_cluster_hops = UNLIMITED_CLUSTER_HOPS;
+            // Said only where redirections are followed.
+            if role == Role::Cluster {
+                adjusted.push(Adjusted {
+                    arg: "max_cluster_hops",
+                    given: 0,
+                    used: UNLIMITED_CLUSTER_HOPS,
+                    why: "0 (no limit) is bounded, so that nodes that redirect to each other \
+                          for good cannot hold a worker forever",
+                });
+            }
+        }
         if args.pipelining && !args.shared_connections {
             return Err(ConfigError::PipeliningWithoutSharing);
         }
@@ -415,6 +469,7 @@ impl DbConfig {
             pipelining: args.pipelining,
             near_cache,
             near_cache_ttl,
+            adjusted,
         })
     }
 }

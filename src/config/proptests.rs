@@ -243,9 +243,14 @@ proptest! {
             Ok(c) => {
                 prop_assert!(valid, "{:?} accepted", a);
                 prop_assert_eq!(c.location, a.location.parse::<Location>().ok());
-                prop_assert_eq!(i64::from(c.max_connections), a.max_connections);
+                // Shared pools hold at most MAX_SLOTS; 0 hops is "no limit".
+                let pool_max = i64::from(crate::connection::shared::MAX_SLOTS);
+                let max_connections = if a.shared_connections { a.max_connections.min(pool_max) } else { a.max_connections };
+                prop_assert_eq!(i64::from(c.max_connections), max_connections);
+                prop_assert_eq!(c.adjusted.iter().any(|x| x.arg == "max_connections"), max_connections != a.max_connections);
                 prop_assert_eq!(i64::from(c.max_command_retries), a.max_command_retries);
-                prop_assert_eq!(i64::from(c.max_cluster_hops), a.max_cluster_hops);
+                let hops = if a.max_cluster_hops == 0 { i64::from(UNLIMITED_CLUSTER_HOPS) } else { a.max_cluster_hops };
+                prop_assert_eq!(i64::from(c.max_cluster_hops), hops);
                 let ms = |v: i64| (v > 0).then(|| Duration::from_millis(v as u64));
                 prop_assert_eq!(c.connection_timeout, ms(a.connection_timeout));
                 prop_assert_eq!(c.command_timeout, ms(a.command_timeout));

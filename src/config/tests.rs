@@ -395,7 +395,9 @@ fn every_argument_is_carried() {
     assert_eq!(c.password.as_deref(), Some("s3cret"));
     assert_eq!(c.sickness_ttl, Duration::ZERO);
     assert!(c.ignore_slaves);
-    assert_eq!(c.max_cluster_hops, 0);
+    // 0 ("no limit") is bounded, and said only in cluster mode.
+    assert_eq!(c.max_cluster_hops, UNLIMITED_CLUSTER_HOPS);
+    assert_eq!(c.adjusted, []);
     assert!(c.debug);
 
     let c = DbConfig::from_args(&DbArgs {
@@ -672,4 +674,60 @@ fn pipelining_needs_shared_connections() {
     assert!(DbConfig::from_args(&a).unwrap().pipelining);
     a.shared_connections = false;
     assert_eq!(err(a), "pipelining=true needs shared_connections=true");
+}
+
+/// A value not used as given is in `adjusted`, with what was given and
+/// what is used (logged at `vcl_init`); the C VMOD takes them as given.
+#[test]
+fn values_not_used_as_given_are_listed() {
+    let pool_max = crate::connection::shared::MAX_SLOTS;
+    let shared = DbConfig::from_args(&DbArgs {
+        max_connections: 20_000,
+        ..DbArgs::default()
+    })
+    .unwrap();
+    assert_eq!(shared.max_connections, pool_max);
+    assert_eq!(shared.adjusted.len(), 1);
+    assert_eq!(
+        (
+            shared.adjusted[0].arg,
+            shared.adjusted[0].given,
+            shared.adjusted[0].used
+        ),
+        ("max_connections", 20_000, pool_max)
+    );
+    assert!(shared.adjusted[0]
+        .to_string()
+        .starts_with("max_connections=20000 is used as max_connections=10000: "));
+
+    // Private: a budget per worker thread, no pool to bound.
+    let private = DbConfig::from_args(&DbArgs {
+        shared_connections: false,
+        max_connections: 20_000,
+        ..DbArgs::default()
+    })
+    .unwrap();
+    assert_eq!(private.max_connections, 20_000);
+    assert_eq!(private.adjusted, []);
+
+    // At the bound: used as given.
+    let at_bound = DbConfig::from_args(&DbArgs {
+        max_connections: i64::from(pool_max),
+        ..DbArgs::default()
+    })
+    .unwrap();
+    assert_eq!(at_bound.adjusted, []);
+
+    let cluster = DbConfig::from_args(&DbArgs {
+        location: "127.0.0.1:7000",
+        role: "cluster",
+        max_cluster_hops: 0,
+        ..DbArgs::default()
+    })
+    .unwrap();
+    assert_eq!(cluster.max_cluster_hops, UNLIMITED_CLUSTER_HOPS);
+    assert_eq!(
+        cluster.adjusted[0].to_string().split(':').next(),
+        Some("max_cluster_hops=0 is used as max_cluster_hops=1024")
+    );
 }

@@ -26,10 +26,6 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// node of the transaction.
 const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 
-/// Redirections followed when `max_cluster_hops` is 0 ("no limit"): a
-/// cluster whose nodes disagree for good must not hold a worker forever.
-const UNLIMITED_HOPS: u32 = 1024;
-
 impl Database {
     /// Runs `command` on the cluster node that serves its key (any node
     /// when it has none). See the module documentation.
@@ -64,10 +60,7 @@ impl Database {
             Ok(slot) => slot,
             Err(crossslot) => return Ok((crossslot, None)),
         };
-        let max_hops = match self.config.max_cluster_hops {
-            0 => UNLIMITED_HOPS,
-            max => max,
-        };
+        let max_hops = self.config.max_cluster_hops;
         let (topology, seen) = match self.topology_with_slots(cluster, x) {
             Ok(known) => known,
             Err(err) => {

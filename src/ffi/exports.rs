@@ -134,7 +134,8 @@ macro_rules! entry {
                 priv_task: *mut vmod_priv => Option<&TaskState>,
                 $($arg: $cty => $rty,)* db: VCL_STRING => &[u8], $($($after: $acty => $arty,)*)?)
             -> $ret = $fallback; {
-                let Some(found) = vcl::resolve($ctx, priv_vcl, priv_task, db) else {
+                let function = &stringify!($function)["vmod_".len()..];
+                let Some(found) = vcl::resolve($ctx, priv_vcl, priv_task, function, db) else {
                     return $fallback;
                 };
                 let $db = &found;
@@ -338,7 +339,7 @@ export!(fn vmod_db_easy_execute(ctx,
 export!(fn vmod_easy_execute(ctx,
     args: *mut arg_vmod_redis_easy_execute => ProxiedEasyExecute,
 ) {
-    if let Some(db) = vcl::resolve(ctx, args.vcl, args.task, args.db) {
+    if let Some(db) = vcl::resolve(ctx, args.vcl, args.task, "easy_execute", args.db) {
         vcl::easy_execute(ctx, &db, &args.call);
     }
 });
