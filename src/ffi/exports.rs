@@ -486,7 +486,7 @@ export!(fn vmod_stats(ctx, priv_vcl: *mut vmod_priv => &VclState,
     if db == vcl::EVERY_DATABASE {
         return stats_entry(ctx, vcl::StatsOf::Every(priv_vcl), args);
     }
-    let Some(found) = vcl::resolve(ctx, priv_vcl, priv_task, db) else {
+    let Some(found) = vcl::resolve(ctx, priv_vcl, priv_task, "stats", db) else {
         return ptr::null();
     };
     stats_entry(ctx, vcl::StatsOf::One(&found), args)
