@@ -17,7 +17,7 @@ use crate::database::Database;
 use crate::logger::Log;
 use crate::protocol::Command;
 use crate::protocol::Reply;
-use crate::stats::Stats;
+use crate::stats::{Counter, Stats};
 
 /// How long one wait on the subscribed connection lasts: the stop flag is
 /// seen at least this often.
@@ -232,6 +232,11 @@ impl Shared {
             self.log.error(&format!(
                 "[REDIS] sentinel {location}: {reason}; trying the next one"
             ));
+            // The Sentinels serve the whole VCL: each database counts the
+            // failure, so that its own series shows it.
+            for db in &self.databases {
+                db.stats().inc(Counter::SentinelFailed);
+            }
             if Backoff::is_steady(served) {
                 // The first failure of a new round, with the pauses over.
                 failed_in_row = 1;

@@ -9,7 +9,7 @@
 //! writes with the same arguments, except that the `name` label is always
 //! there: it is what tells the databases' series apart.
 
-use super::{json_string, PrometheusFamily, PrometheusOptions, Stats, StatsContext};
+use super::{json_string, Document, PrometheusFamily, PrometheusOptions, Stats, StatsContext};
 
 /// One database of the document: its counters and what else it shows.
 pub type Part<'a> = (&'a Stats, StatsContext<'a>);
@@ -30,21 +30,23 @@ pub fn write_json(out: &mut String, parts: &[Part]) {
 }
 
 /// Appends one exposition: the families in the order they first appear,
-/// each `# TYPE` line once, then the samples of every database in the
-/// order of `parts`. With one database it is byte for byte what
-/// `db.stats()` gives with the `name` label.
+/// each with its `# HELP` and `# TYPE` lines once (the HELP lines are
+/// [ext]: `promtool check metrics` lints a family without one), then the
+/// samples of every database in the order of `parts`. With one database
+/// it is what `db.stats()` gives with the `name` label, plus the HELP
+/// lines.
 pub fn write_prometheus(out: &mut String, parts: &[Part], opts: &PrometheusOptions) {
     let mut merged: Vec<PrometheusFamily> = Vec::new();
     for (stats, ctx) in parts {
-        for family in stats.prometheus_families(ctx, opts, true) {
-            match merged.iter_mut().find(|f| f.type_line == family.type_line) {
+        for family in stats.prometheus_families(ctx, opts, Document::EveryDatabase) {
+            match merged.iter_mut().find(|f| f.header == family.header) {
                 Some(same) => same.samples.push_str(&family.samples),
                 None => merged.push(family),
             }
         }
     }
     for family in merged {
-        out.push_str(&family.type_line);
+        out.push_str(&family.header);
         out.push_str(&family.samples);
     }
 }

@@ -102,6 +102,10 @@ pub enum Counter {
     /// (`tls_sni`, else the host), connected to as hiredis does; each one
     /// said once in the log (`tls_verify_name=true` refuses them instead).
     TlsNameMismatch,
+    /// [ext] Sentinel: sessions of the VCL's Sentinel thread with one
+    /// Sentinel that failed (connect, subscription, query, `PING`),
+    /// counted on every database of the VCL.
+    SentinelFailed,
 }
 
 /// Prometheus families whose counters differ by one label: the
@@ -110,6 +114,13 @@ pub enum Counter {
 const LABELLED_FAMILIES: [(&str, &str); 2] = [
     ("connections.dropped.", "reason"),
     ("ext.pipelining.batch_size.", "size"),
+];
+
+/// The `# HELP` texts of the labelled families; an unlabelled family's is
+/// its counter's varnishstat oneliner ([`Counter::help`]).
+const LABELLED_FAMILIES_HELP: [&str; 2] = [
+    "Connections closed, by reason: error, hung_up (closed by the server), overflow (past max_connections), ttl, version (servers or roles changed), sick",
+    "[ext] Pipelined batches by their number of commands (size: the range)",
 ];
 
 /// The batch-size histogram: its counters, each with the smallest size it
@@ -126,7 +137,7 @@ const BATCH_SIZES: [(Counter, usize); 7] = [
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 38;
+    pub const COUNT: usize = 39;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -173,6 +184,7 @@ impl Counter {
         Counter::NearCacheEntries,
         Counter::NearCacheBytes,
         Counter::TlsNameMismatch,
+        Counter::SentinelFailed,
     ];
 
     /// The dotted path of the counter in the JSON output, also the name
@@ -217,6 +229,7 @@ impl Counter {
             Counter::NearCacheEntries => "ext.near_cache.entries",
             Counter::NearCacheBytes => "ext.near_cache.bytes",
             Counter::TlsNameMismatch => "ext.tls.name_mismatch",
+            Counter::SentinelFailed => "ext.sentinel.failed",
         }
     }
 
@@ -238,6 +251,22 @@ impl Counter {
     /// case-sensitive, as in libvmod-redis).
     pub fn from_name(name: &str) -> Option<Counter> {
         Counter::ALL.into_iter().find(|c| c.json_name() == name)
+    }
+
+    /// The one-line description of the counter: its varnishstat oneliner
+    /// (vmod_redis.vsc, whose order a unit test keeps that of [`Counter::ALL`]).
+    pub fn help(self) -> &'static str {
+        VSC_ONELINERS[self as usize]
+    }
+
+    /// The `# HELP` text of the counter's Prometheus family.
+    fn family_help(self) -> &'static str {
+        let name = self.json_name();
+        LABELLED_FAMILIES
+            .iter()
+            .zip(LABELLED_FAMILIES_HELP)
+            .find_map(|(&(prefix, _), help)| name.starts_with(prefix).then_some(help))
+            .unwrap_or_else(|| self.help())
     }
 
     /// Prometheus family (dots become `_`) and, for a labelled family,
@@ -484,22 +513,28 @@ impl Stats {
     /// ordered extra, `name`, then `reason` / `server` (libvmod-redis's
     /// order; `{}` when there are none, as it prints too).
     pub fn write_prometheus(&self, out: &mut String, ctx: &StatsContext, opts: &PrometheusOptions) {
-        for family in self.prometheus_families(ctx, opts, opts.default_labels) {
-            out.push_str(&family.type_line);
+        for family in self.prometheus_families(ctx, opts, Document::OneDatabase) {
+            out.push_str(&family.header);
             out.push_str(&family.samples);
         }
     }
 
     /// The families of [`write_prometheus`](Self::write_prometheus), in
     /// output order, kept apart so that the families of several databases
-    /// can be merged ([`every_database`]). `name_label`: the `name` label
-    /// (`opts.default_labels` decides the `server` label).
+    /// can be merged ([`every_database`]).
     fn prometheus_families(
         &self,
         ctx: &StatsContext,
         opts: &PrometheusOptions,
-        name_label: bool,
+        document: Document,
     ) -> Vec<PrometheusFamily> {
+        // One database: the `name` label as `opts` says; every database:
+        // always, it tells their series apart. `opts.default_labels`
+        // decides the `server` label either way.
+        let (name_label, help) = match document {
+            Document::OneDatabase => (opts.default_labels, false),
+            Document::EveryDatabase => (true, true),
+        };
         let values = self.snapshot();
         let prefix = if opts.name_prefix.is_empty() {
             DEFAULT_PROMETHEUS_PREFIX
@@ -524,14 +559,22 @@ impl Stats {
         for &c in ctx.counters() {
             let (family, reason) = c.prometheus_parts();
             if family_done != Some(family) {
-                let mut type_line = String::from("# TYPE ");
-                metric_name(&mut type_line, prefix, family);
-                type_line.push_str(if c.is_gauge() {
+                let mut header = String::new();
+                if help {
+                    header.push_str("# HELP ");
+                    metric_name(&mut header, prefix, family);
+                    header.push(' ');
+                    help_text(&mut header, c.family_help());
+                    header.push('\n');
+                }
+                header.push_str("# TYPE ");
+                metric_name(&mut header, prefix, family);
+                header.push_str(if c.is_gauge() {
                     " gauge\n"
                 } else {
                     " counter\n"
                 });
-                families.push(PrometheusFamily::new(type_line));
+                families.push(PrometheusFamily::new(header));
                 family_done = Some(family);
             }
             let out = &mut families.last_mut().expect("pushed above").samples;
@@ -547,15 +590,40 @@ impl Stats {
             return families;
         }
         type Gauge = fn(&ServerSnapshot) -> u64;
-        let gauges: [(&str, Gauge); 5] = [
-            ("server_info", |_| 1),
-            ("server_sick", |s| u64::from(s.sick)),
-            ("server_connections_open", |s| s.connections_open),
-            ("server_connections_idle", |s| s.connections_idle),
-            ("server_commands_in_flight", |s| s.commands_in_flight),
+        let gauges: [(&str, &str, Gauge); 5] = [
+            (
+                "server_info",
+                "[ext] A server of the database, with its role (always 1)",
+                |_| 1,
+            ),
+            (
+                "server_sick",
+                "[ext] 1 while the server is marked sick",
+                |s| u64::from(s.sick),
+            ),
+            (
+                "server_connections_open",
+                "[ext] Connections open to the server",
+                |s| s.connections_open,
+            ),
+            (
+                "server_connections_idle",
+                "[ext] Of those, connections idle now",
+                |s| s.connections_idle,
+            ),
+            (
+                "server_commands_in_flight",
+                "[ext] pipelining: commands sent or queued, not answered yet",
+                |s| s.commands_in_flight,
+            ),
         ];
-        for (family, value) in gauges {
-            let mut gauge = PrometheusFamily::new(format!("# TYPE {prefix}{family} gauge\n"));
+        for (family, description, value) in gauges {
+            let mut header = String::new();
+            if help {
+                let _ = writeln!(header, "# HELP {prefix}{family} {description}");
+            }
+            let _ = writeln!(header, "# TYPE {prefix}{family} gauge");
+            let mut gauge = PrometheusFamily::new(header);
             let out = &mut gauge.samples;
             for s in ctx.servers {
                 let _ = write!(out, "{prefix}{family}");
@@ -575,18 +643,39 @@ impl Stats {
     }
 }
 
-/// One family of a Prometheus exposition: its `# TYPE` line and its
-/// sample lines, each ending in `\n`.
+/// Which document the families go into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Document {
+    /// `db.stats()`: byte for byte libvmod-redis's text, which has no
+    /// `# HELP` lines.
+    OneDatabase,
+    /// [ext] `redis.stats(db="*")`: a `# HELP` line per family too.
+    EveryDatabase,
+}
+
+/// One family of a Prometheus exposition: its header (the `# HELP` line
+/// if any, the `# TYPE` line) and its sample lines, each ending in `\n`.
 struct PrometheusFamily {
-    type_line: String,
+    header: String,
     samples: String,
 }
 
 impl PrometheusFamily {
-    fn new(type_line: String) -> Self {
+    fn new(header: String) -> Self {
         PrometheusFamily {
-            type_line,
+            header,
             samples: String::new(),
+        }
+    }
+}
+
+/// Escapes a `# HELP` text (`\` and newline, per the text format).
+fn help_text(out: &mut String, text: &str) {
+    for ch in text.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            _ => out.push(ch),
         }
     }
 }
@@ -647,6 +736,8 @@ fn json_string(out: &mut String, value: &str) {
     }
     out.push('"');
 }
+
+include!(concat!(env!("OUT_DIR"), "/vsc_names.rs"));
 
 pub(crate) mod every_database;
 #[cfg(test)]

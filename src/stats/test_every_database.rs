@@ -26,7 +26,7 @@ fn context<'a>(db_name: &'a str, servers: &'a [ServerSnapshot]) -> StatsContext<
 fn families_and_series(text: &str) -> (Vec<&str>, Vec<&str>) {
     let mut families = Vec::new();
     let mut series = Vec::new();
-    for line in text.lines() {
+    for line in text.lines().filter(|l| !l.starts_with("# HELP ")) {
         match line.strip_prefix("# TYPE ") {
             Some(family) => families.push(family.split(' ').next().unwrap()),
             None => series.push(line.rsplit_once(' ').unwrap().0),
@@ -35,18 +35,87 @@ fn families_and_series(text: &str) -> (Vec<&str>, Vec<&str>) {
     (families, series)
 }
 
+/// The exposition without its `# HELP` lines.
+fn without_help(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with("# HELP "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 #[test]
-fn one_database_is_byte_for_byte_its_own_stats() {
+fn one_database_is_its_own_stats_with_help_lines() {
     let db = captured_db(2);
     let opts = PrometheusOptions::default();
     let parts = [(&db, context("db", &[]))];
-    assert_eq!(prom_of_every(&parts, &opts), C_PROM);
+    assert_eq!(without_help(&prom_of_every(&parts, &opts)), C_PROM);
 
     let servers = servers();
     let alone = context("db", &servers);
     let mut own = String::new();
     db.write_prometheus(&mut own, &alone, &opts);
-    assert_eq!(prom_of_every(&[(&db, alone)], &opts), own);
+    assert!(
+        !own.contains("# HELP"),
+        "db.stats() is the C VMOD's text, without HELP:\n{own}"
+    );
+    assert_eq!(without_help(&prom_of_every(&[(&db, alone)], &opts)), own);
+}
+
+/// Each family has one `# HELP` line, right before its `# TYPE` line, with
+/// a description (promtool lints a family without one).
+#[test]
+fn every_family_has_its_help_line_before_its_type_line() {
+    let (a, b) = (captured_db(1), captured_db(2));
+    let servers = servers();
+    let text = prom_of_every(
+        &[(&a, context("a", &servers)), (&b, context("b", &servers))],
+        &PrometheusOptions::default(),
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let mut types = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let Some(typed) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        types += 1;
+        let family = typed.split(' ').next().unwrap();
+        let help = lines[i - 1]
+            .strip_prefix("# HELP ")
+            .and_then(|h| h.strip_prefix(family))
+            .and_then(|h| h.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no HELP right before {line:?}"));
+        assert!(help.len() > 10, "{family}: {help:?}");
+    }
+    let helps = lines.iter().filter(|l| l.starts_with("# HELP ")).count();
+    // Every counter, the 6 reasons and 7 sizes as one family each, and
+    // the 5 server gauges.
+    let families = Counter::COUNT - 5 - 6 + 5;
+    assert_eq!((types, helps), (families, families), "{text}");
+    assert!(text.contains(
+        "# HELP vmod_redis_commands_total Sends that got a reply, error replies included\n\
+         # TYPE vmod_redis_commands_total counter\n"
+    ));
+    assert!(text.contains("# HELP vmod_redis_connections_dropped Connections closed, by reason: "));
+    assert!(text.contains(
+        "# HELP vmod_redis_ext_sentinel_failed [ext] Sessions with a Sentinel that failed"
+    ));
+}
+
+/// The texts come from vmod_redis.vsc (varnishstat's): one line each, with
+/// nothing the text format would have to escape.
+#[test]
+fn every_counter_has_a_one_line_help() {
+    for c in Counter::ALL {
+        let help = c.help();
+        assert!(
+            !help.is_empty() && !help.contains(['\n', '\\']),
+            "{c:?}: {help:?}"
+        );
+        assert!(
+            help.len() <= 100,
+            "{c:?}: a short description, not {help:?}"
+        );
+    }
 }
 
 #[test]
@@ -77,7 +146,7 @@ fn two_databases_have_each_family_once_and_every_series() {
         // same family, the databases in order.
         let mut family_of: HashMap<&str, &str> = HashMap::new();
         let mut current = "";
-        for line in text.lines() {
+        for line in text.lines().filter(|l| !l.starts_with("# HELP ")) {
             match line.strip_prefix("# TYPE ") {
                 Some(family) => current = family,
                 None => {

@@ -283,8 +283,6 @@ fn counter_names_round_trip() {
     }
 }
 
-include!(concat!(env!("OUT_DIR"), "/vsc_names.rs"));
-
 #[test]
 fn the_varnishstat_segment_has_every_counter_in_order() {
     let expected: Vec<String> = Counter::ALL
@@ -453,7 +451,7 @@ fn json_with_servers_appends_server_list() {
     assert!(text.starts_with(&C_JSON[..C_JSON.len() - 1]), "{text}");
     assert_eq!(
         &text[C_JSON.len() - 1..],
-        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0,"batch_size": {"1": 0,"2_3": 0,"4_7": 1,"8_15": 0,"16_31": 0,"32_63": 0,"64_up": 0}},"near_cache": {"hits": 0,"misses": 0,"invalidations": 0,"evictions": 0,"refused": 0,"entries": 0,"bytes": 0},"tls": {"name_mismatch": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2},"commands": {"in_flight": 5}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0},"commands": {"in_flight": 0}}]}"#
+        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0,"batch_size": {"1": 0,"2_3": 0,"4_7": 1,"8_15": 0,"16_31": 0,"32_63": 0,"64_up": 0}},"near_cache": {"hits": 0,"misses": 0,"invalidations": 0,"evictions": 0,"refused": 0,"entries": 0,"bytes": 0},"tls": {"name_mismatch": 0},"sentinel": {"failed": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2},"commands": {"in_flight": 5}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0},"commands": {"in_flight": 0}}]}"#
     );
     let Json::Obj(root) = parse_json(&text) else {
         panic!("not an object")
@@ -675,7 +673,9 @@ fn prometheus_with_servers_appends_gauges() {
                # TYPE vmod_redis_ext_near_cache_bytes gauge\n\
                vmod_redis_ext_near_cache_bytes{env=\"prod\",name=\"db\"} 0\n\
                # TYPE vmod_redis_ext_tls_name_mismatch counter\n\
-               vmod_redis_ext_tls_name_mismatch{env=\"prod\",name=\"db\"} 0\n";
+               vmod_redis_ext_tls_name_mismatch{env=\"prod\",name=\"db\"} 0\n\
+               # TYPE vmod_redis_ext_sentinel_failed counter\n\
+               vmod_redis_ext_sentinel_failed{env=\"prod\",name=\"db\"} 0\n";
     assert_eq!(text, format!("{counters}{ext}{SERVER_GAUGES}"));
 
     // Without default labels: neither name nor server, role stays.
@@ -717,6 +717,8 @@ fn prometheus_with_servers_appends_gauges() {
          vmod_redis_ext_near_cache_bytes{} 0\n\
          # TYPE vmod_redis_ext_tls_name_mismatch counter\n\
          vmod_redis_ext_tls_name_mismatch{} 0\n\
+         # TYPE vmod_redis_ext_sentinel_failed counter\n\
+         vmod_redis_ext_sentinel_failed{} 0\n\
          # TYPE vmod_redis_server_info gauge\n\
          vmod_redis_server_info{role=\"master\"} 1\n\
          vmod_redis_server_info{role=\"auto\"} 1\n\
