@@ -406,7 +406,7 @@ impl DbConfig {
                 arg: "max_connections",
                 given: args.max_connections,
                 used: pool_max,
-                why: "a shared pool holds at most that many (more than the worker threads \
+                why: "a shared pool holds at most that many (as many as the worker threads \
                       varnishd runs by default: thread_pools x thread_pool_max = 2 x 5000)",
             });
         }
