@@ -529,8 +529,8 @@ impl Stats {
         document: Document,
     ) -> Vec<PrometheusFamily> {
         // One database: the `name` label as `opts` says; every database:
-        // always, it tells their series apart. `opts.default_labels`
-        // decides the `server` label either way.
+        // always, it tells their series apart. The per-server gauges
+        // always have their `server` label.
         let (name_label, help) = match document {
             Document::OneDatabase => (opts.default_labels, false),
             Document::EveryDatabase => (true, true),
@@ -627,10 +627,10 @@ impl Stats {
             let out = &mut gauge.samples;
             for s in ctx.servers {
                 let _ = write!(out, "{prefix}{family}");
-                let mut own = Vec::with_capacity(2);
-                if opts.default_labels {
-                    own.push(("server", s.location.as_str()));
-                }
+                // Always: without it two servers of one database would
+                // write the same series (the gauges are [ext], so no C
+                // VMOD output decides this label).
+                let mut own = vec![("server", s.location.as_str())];
                 if family == "server_info" {
                     own.push(("role", s.role.as_str()));
                 }

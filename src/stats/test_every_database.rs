@@ -178,11 +178,10 @@ fn two_databases_have_each_family_once_and_every_series() {
 }
 
 #[test]
-fn the_name_label_stays_without_default_labels() {
+fn the_name_and_server_labels_stay_without_default_labels() {
     let (a, b) = (captured_db(1), captured_db(1));
-    // One server each: without the server label, two servers of one
-    // database are one series already in `db.stats()`.
-    let servers = &servers()[..1];
+    // Two servers each: the `server` label tells their gauges apart.
+    let servers = &servers();
     let opts = PrometheusOptions {
         default_labels: false,
         ..PrometheusOptions::default()
@@ -195,8 +194,9 @@ fn the_name_label_stays_without_default_labels() {
     let unique: HashSet<&str> = series.iter().copied().collect();
     assert_eq!(unique.len(), series.len(), "a series repeats:\n{text}");
     assert!(text.contains("\nvmod_redis_connections_dropped{name=\"b\",reason=\"sick\"} 0\n"));
-    assert!(text.contains("\nvmod_redis_server_info{name=\"a\",role=\"master\"} 1\n"));
-    assert!(!text.contains("server=\""), "{text}");
+    assert!(text.contains(
+        "\nvmod_redis_server_info{name=\"a\",server=\"127.0.0.1:6379\",role=\"master\"} 1\n"
+    ));
 }
 
 #[test]

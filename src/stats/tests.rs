@@ -678,7 +678,8 @@ fn prometheus_with_servers_appends_gauges() {
                vmod_redis_ext_sentinel_failed{env=\"prod\",name=\"db\"} 0\n";
     assert_eq!(text, format!("{counters}{ext}{SERVER_GAUGES}"));
 
-    // Without default labels: neither name nor server, role stays.
+    // Without default labels: no name; the gauges keep `server` (each
+    // server its own series) and `role`.
     let opts = PrometheusOptions {
         default_labels: false,
         ..PrometheusOptions::default()
@@ -720,20 +721,20 @@ fn prometheus_with_servers_appends_gauges() {
          # TYPE vmod_redis_ext_sentinel_failed counter\n\
          vmod_redis_ext_sentinel_failed{} 0\n\
          # TYPE vmod_redis_server_info gauge\n\
-         vmod_redis_server_info{role=\"master\"} 1\n\
-         vmod_redis_server_info{role=\"auto\"} 1\n\
+         vmod_redis_server_info{server=\"127.0.0.1:6379\",role=\"master\"} 1\n\
+         vmod_redis_server_info{server=\"/run/a \\\"b\\\"\\\\c\\n.sock\",role=\"auto\"} 1\n\
          # TYPE vmod_redis_server_sick gauge\n\
-         vmod_redis_server_sick{} 0\n\
-         vmod_redis_server_sick{} 1\n\
+         vmod_redis_server_sick{server=\"127.0.0.1:6379\"} 0\n\
+         vmod_redis_server_sick{server=\"/run/a \\\"b\\\"\\\\c\\n.sock\"} 1\n\
          # TYPE vmod_redis_server_connections_open gauge\n\
-         vmod_redis_server_connections_open{} 3\n\
-         vmod_redis_server_connections_open{} 0\n\
+         vmod_redis_server_connections_open{server=\"127.0.0.1:6379\"} 3\n\
+         vmod_redis_server_connections_open{server=\"/run/a \\\"b\\\"\\\\c\\n.sock\"} 0\n\
          # TYPE vmod_redis_server_connections_idle gauge\n\
-         vmod_redis_server_connections_idle{} 2\n\
-         vmod_redis_server_connections_idle{} 0\n\
+         vmod_redis_server_connections_idle{server=\"127.0.0.1:6379\"} 2\n\
+         vmod_redis_server_connections_idle{server=\"/run/a \\\"b\\\"\\\\c\\n.sock\"} 0\n\
          # TYPE vmod_redis_server_commands_in_flight gauge\n\
-         vmod_redis_server_commands_in_flight{} 5\n\
-         vmod_redis_server_commands_in_flight{} 0\n"
+         vmod_redis_server_commands_in_flight{server=\"127.0.0.1:6379\"} 5\n\
+         vmod_redis_server_commands_in_flight{server=\"/run/a \\\"b\\\"\\\\c\\n.sock\"} 0\n"
     );
 }
 
