@@ -65,9 +65,11 @@ pub struct TaskState {
 /// The database the proxied functions use when called without `db`.
 #[derive(Default)]
 enum Used {
-    /// No `use()` in this task: the first database of the VCL.
+    /// No `use()` in this task: none, as in the C VMOD (its task state
+    /// holds no database until `use()`), so the proxied functions run
+    /// nothing rather than pick one the VCL did not name.
     #[default]
-    First,
+    None,
     Database(Arc<Database>),
     /// `use()` of a name no `redis.db()` of the VCL has: as in the C
     /// VMOD, the proxied functions run nothing until a `use()` of a known
@@ -452,8 +454,8 @@ pub fn counter(ctx: &Ctx, db: &Database, name: &str) -> i64 {
 // ---- proxied functions and events -----------------------------------
 
 /// The database a proxied function works on: `db` by VCL name, else the
-/// one picked by `use()`, else the first one the VCL created. None, and a
-/// `VCL_Error` with the C VMOD's words, when that names no database;
+/// one picked by `use()` in this task. None, and a `VCL_Error` with the C
+/// VMOD's words, when that names no database or the task has no `use()`;
 /// `function` (`command`, `get_reply`...) says which call ran nothing.
 pub fn resolve(
     ctx: &Ctx,
@@ -462,23 +464,23 @@ pub fn resolve(
     function: &str,
     name: &[u8],
 ) -> Option<Arc<Database>> {
-    let (found, wanted) = if name.is_empty() {
+    let (found, why) = if name.is_empty() {
         let used = task.map(|task| task.used.borrow());
         match used.as_deref() {
             Some(Used::Database(db)) => (Some(db.clone()), String::new()),
-            Some(Used::Unknown(name)) => (None, name.clone()),
-            Some(Used::First) | None => (vcl.databases.read().first().cloned(), String::new()),
+            Some(Used::Unknown(name)) => (None, format!("db={name}")),
+            Some(Used::None) | None => (None, "no redis.use() in this task".to_owned()),
         }
     } else {
         (
             vcl.database(name),
-            String::from_utf8_lossy(name).into_owned(),
+            format!("db={}", String::from_utf8_lossy(name)),
         )
     };
     if found.is_none() {
         ctx.log(
             Level::Error,
-            &format!("[REDIS] {function}(): Database instance not available (db={wanted})"),
+            &format!("[REDIS] {function}(): Database instance not available ({why})"),
         );
     }
     found
