@@ -280,7 +280,7 @@ pub struct DbConfig {
     pub command_timeout: Option<Duration>,
     pub max_command_retries: u32,
     pub shared_connections: bool,
-    /// At least 1; shared: at most [`MAX_SLOTS`](crate::connection::shared::MAX_SLOTS).
+    /// At least 1; shared: at most [`MAX_SHARED_POOL`].
     pub max_connections: u32,
     pub protocol: Protocol,
     /// `tls=true`: the checked TLS settings.
@@ -363,6 +363,56 @@ fn optional(
     duration(arg, value, unit).map(|d| (!d.is_zero()).then_some(d))
 }
 
+/// Most connections a shared pool holds, whatever `max_connections` says:
+/// a connection in use is held by a worker thread, of which varnishd runs
+/// thread_pools x thread_pool_max (2 x 5000 by default).
+pub const MAX_SHARED_POOL: u32 = 10_000;
+
+/// `max_connections` as used: a shared pool's capped at
+/// [`MAX_SHARED_POOL`], said in `adjusted`.
+fn max_connections(args: &DbArgs, adjusted: &mut Vec<Adjusted>) -> Result<u32, ConfigError> {
+    if args.max_connections < 1 {
+        return Err(ConfigError::MaxConnections {
+            value: args.max_connections,
+        });
+    }
+    let given = count("max_connections", args.max_connections)?;
+    if !args.shared_connections || given <= MAX_SHARED_POOL {
+        return Ok(given);
+    }
+    adjusted.push(Adjusted {
+        arg: "max_connections",
+        given: args.max_connections,
+        used: MAX_SHARED_POOL,
+        why: "a shared pool holds at most that many (as many as the worker threads \
+              varnishd runs by default: thread_pools x thread_pool_max = 2 x 5000)",
+    });
+    Ok(MAX_SHARED_POOL)
+}
+
+/// `max_cluster_hops` as used: 0 ("no limit") is bounded, said in
+/// `adjusted` where redirections are followed (type=cluster).
+fn max_cluster_hops(
+    args: &DbArgs,
+    role: Role,
+    adjusted: &mut Vec<Adjusted>,
+) -> Result<u32, ConfigError> {
+    let given = count("max_cluster_hops", args.max_cluster_hops)?;
+    if given != 0 {
+        return Ok(given);
+    }
+    if role == Role::Cluster {
+        adjusted.push(Adjusted {
+            arg: "max_cluster_hops",
+            given: 0,
+            used: UNLIMITED_CLUSTER_HOPS,
+            why: "0 (no limit) is bounded, so that nodes that redirect to each other \
+                  for good cannot hold a worker forever",
+        });
+    }
+    Ok(UNLIMITED_CLUSTER_HOPS)
+}
+
 impl DbConfig {
     /// Validates the constructor arguments, checking them in the order
     /// vmod.vcc declares them so the first error reported is the first bad
@@ -392,24 +442,8 @@ impl DbConfig {
             Duration::from_millis,
         )?;
         let max_command_retries = count("max_command_retries", args.max_command_retries)?;
-        if args.max_connections < 1 {
-            return Err(ConfigError::MaxConnections {
-                value: args.max_connections,
-            });
-        }
         let mut adjusted = Vec::new();
-        let mut max_connections = count("max_connections", args.max_connections)?;
-        let pool_max = crate::connection::shared::MAX_SLOTS;
-        if args.shared_connections && max_connections > pool_max {
-            max_connections = pool_max;
-            adjusted.push(Adjusted {
-                arg: "max_connections",
-                given: args.max_connections,
-                used: pool_max,
-                why: "a shared pool holds at most that many (as many as the worker threads \
-                      varnishd runs by default: thread_pools x thread_pool_max = 2 x 5000)",
-            });
-        }
+        let max_connections = max_connections(args, &mut adjusted)?;
         let protocol: Protocol = args.protocol.parse()?;
         if args.tls.enabled {
             if let Some(Location::Unix(path)) = &location {
@@ -424,20 +458,7 @@ impl DbConfig {
         let password = (!args.password.is_empty()).then(|| Secret(args.password.0.to_owned()));
         let user = (!args.user.is_empty() && password.is_some()).then(|| args.user.to_owned());
         let sickness_ttl = duration("sickness_ttl", args.sickness_ttl, Duration::from_secs)?;
-        let mut max_cluster_hops = count("max_cluster_hops", args.max_cluster_hops)?;
-        if max_cluster_hops == 0 {
-            max_cluster_hops = UNLIMITED_CLUSTER_HOPS;
-            // Said only where redirections are followed.
-            if role == Role::Cluster {
-                adjusted.push(Adjusted {
-                    arg: "max_cluster_hops",
-                    given: 0,
-                    used: UNLIMITED_CLUSTER_HOPS,
-                    why: "0 (no limit) is bounded, so that nodes that redirect to each other \
-                          for good cannot hold a worker forever",
-                });
-            }
-        }
+        let max_cluster_hops = max_cluster_hops(args, role, &mut adjusted)?;
         if args.pipelining && !args.shared_connections {
             return Err(ConfigError::PipeliningWithoutSharing);
         }

@@ -243,8 +243,8 @@ proptest! {
             Ok(c) => {
                 prop_assert!(valid, "{:?} accepted", a);
                 prop_assert_eq!(c.location, a.location.parse::<Location>().ok());
-                // Shared pools hold at most MAX_SLOTS; 0 hops is "no limit".
-                let pool_max = i64::from(crate::connection::shared::MAX_SLOTS);
+                // Shared pools hold at most MAX_SHARED_POOL; 0 hops is "no limit".
+                let pool_max = i64::from(super::MAX_SHARED_POOL);
                 let max_connections = if a.shared_connections { a.max_connections.min(pool_max) } else { a.max_connections };
                 prop_assert_eq!(i64::from(c.max_connections), max_connections);
                 prop_assert_eq!(c.adjusted.iter().any(|x| x.arg == "max_connections"), max_connections != a.max_connections);

@@ -680,7 +680,7 @@ fn pipelining_needs_shared_connections() {
 /// what is used (logged at `vcl_init`); the C VMOD takes them as given.
 #[test]
 fn values_not_used_as_given_are_listed() {
-    let pool_max = crate::connection::shared::MAX_SLOTS;
+    let pool_max = super::MAX_SHARED_POOL;
     let shared = DbConfig::from_args(&DbArgs {
         max_connections: 20_000,
         ..DbArgs::default()

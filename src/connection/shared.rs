@@ -25,10 +25,9 @@ use super::gate::{Admission, FairGate, Permit};
 use super::{Connection, Leased, ManageConnection, PoolError, PoolTimeout};
 use crate::stats::{Counter, Stats};
 
-/// Most connections a pool holds, whatever `max_connections` says: a
-/// connection in use is held by a worker thread, of which varnishd runs at
-/// most thread_pool_max x thread_pools (5000 x 2 by default).
-pub const MAX_SLOTS: u32 = 10_000;
+/// Most connections a pool holds: [`MAX_SHARED_POOL`], which the
+/// configuration already applied (and said) to `max_connections`.
+pub const MAX_SLOTS: u32 = crate::config::MAX_SHARED_POOL;
 
 /// The pool of one server. `close_idle` (VCL cold) closes the idle
 /// connections; connections in use then close when they come back.
