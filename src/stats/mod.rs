@@ -586,60 +586,71 @@ impl Stats {
             let _ = writeln!(out, " {}", values[c as usize]);
         }
 
-        if ctx.servers.is_empty() {
-            return families;
-        }
-        type Gauge = fn(&ServerSnapshot) -> u64;
-        let gauges: [(&str, &str, Gauge); 5] = [
-            (
-                "server_info",
-                "[ext] A server of the database, with its role (always 1)",
-                |_| 1,
-            ),
-            (
-                "server_sick",
-                "[ext] 1 while the server is marked sick",
-                |s| u64::from(s.sick),
-            ),
-            (
-                "server_connections_open",
-                "[ext] Connections open to the server",
-                |s| s.connections_open,
-            ),
-            (
-                "server_connections_idle",
-                "[ext] Of those, connections idle now",
-                |s| s.connections_idle,
-            ),
-            (
-                "server_commands_in_flight",
-                "[ext] pipelining: commands sent or queued, not answered yet",
-                |s| s.commands_in_flight,
-            ),
-        ];
-        for (family, description, value) in gauges {
-            let mut header = String::new();
-            if help {
-                let _ = writeln!(header, "# HELP {prefix}{family} {description}");
-            }
-            let _ = writeln!(header, "# TYPE {prefix}{family} gauge");
-            let mut gauge = PrometheusFamily::new(header);
-            let out = &mut gauge.samples;
-            for s in ctx.servers {
-                let _ = write!(out, "{prefix}{family}");
-                // Always: without it two servers of one database would
-                // write the same series (the gauges are [ext], so no C
-                // VMOD output decides this label).
-                let mut own = vec![("server", s.location.as_str())];
-                if family == "server_info" {
-                    own.push(("role", s.role.as_str()));
-                }
-                labels(out, &base, &own);
-                let _ = writeln!(out, " {}", value(s));
-            }
-            families.push(gauge);
-        }
+        server_gauge_families(ctx, prefix, &base, help, &mut families);
         families
+    }
+}
+
+/// [ext] The per-server gauges of `extended=true`, a family each: one
+/// sample per server, with its `server` label (always: without it two
+/// servers of one database would write the same series; no C VMOD output
+/// decides this label) and `base`'s labels.
+fn server_gauge_families(
+    ctx: &StatsContext,
+    prefix: &str,
+    base: &str,
+    help: bool,
+    families: &mut Vec<PrometheusFamily>,
+) {
+    if ctx.servers.is_empty() {
+        return;
+    }
+    type Gauge = fn(&ServerSnapshot) -> u64;
+    let gauges: [(&str, &str, Gauge); 5] = [
+        (
+            "server_info",
+            "[ext] A server of the database, with its role (always 1)",
+            |_| 1,
+        ),
+        (
+            "server_sick",
+            "[ext] 1 while the server is marked sick",
+            |s| u64::from(s.sick),
+        ),
+        (
+            "server_connections_open",
+            "[ext] Connections open to the server",
+            |s| s.connections_open,
+        ),
+        (
+            "server_connections_idle",
+            "[ext] Of those, connections idle now",
+            |s| s.connections_idle,
+        ),
+        (
+            "server_commands_in_flight",
+            "[ext] pipelining: commands sent or queued, not answered yet",
+            |s| s.commands_in_flight,
+        ),
+    ];
+    for (family, description, value) in gauges {
+        let mut header = String::new();
+        if help {
+            let _ = writeln!(header, "# HELP {prefix}{family} {description}");
+        }
+        let _ = writeln!(header, "# TYPE {prefix}{family} gauge");
+        let mut gauge = PrometheusFamily::new(header);
+        let out = &mut gauge.samples;
+        for s in ctx.servers {
+            let _ = write!(out, "{prefix}{family}");
+            let mut own = vec![("server", s.location.as_str())];
+            if family == "server_info" {
+                own.push(("role", s.role.as_str()));
+            }
+            labels(out, base, &own);
+            let _ = writeln!(out, " {}", value(s));
+        }
+        families.push(gauge);
     }
 }
 
