@@ -464,20 +464,24 @@ pub fn resolve(
     function: &str,
     name: &[u8],
 ) -> Option<Arc<Database>> {
-    let (found, why) = if name.is_empty() {
-        let used = task.map(|task| task.used.borrow());
-        match used.as_deref() {
-            Some(Used::Database(db)) => (Some(db.clone()), String::new()),
-            Some(Used::Unknown(name)) => (None, format!("db={name}")),
-            Some(Used::None) | None => (None, "no redis.use() in this task".to_owned()),
-        }
+    let found = if name.is_empty() {
+        task.and_then(|task| match &*task.used.borrow() {
+            Used::Database(db) => Some(db.clone()),
+            Used::None | Used::Unknown(_) => None,
+        })
     } else {
-        (
-            vcl.database(name),
-            format!("db={}", String::from_utf8_lossy(name)),
-        )
+        vcl.database(name)
     };
     if found.is_none() {
+        // Built only here: a call that finds its database formats nothing.
+        let why = if name.is_empty() {
+            match task.map(|task| task.used.borrow()).as_deref() {
+                Some(Used::Unknown(name)) => format!("db={name}"),
+                _ => "no redis.use() in this task".to_owned(),
+            }
+        } else {
+            format!("db={}", String::from_utf8_lossy(name))
+        };
         ctx.log(
             Level::Error,
             &format!("[REDIS] {function}(): Database instance not available ({why})"),
