@@ -15,6 +15,10 @@
 //!   `resp::build`, src/protocol/resp.rs) and `Reply::text()`
 //!   (src/protocol/reply.rs).
 //! * `stats/*`: one counter bump through `Stats` vs on a bare atomic.
+//! * `near_cache/*`: [ext] a near-cache hit, the store alone (its shard's
+//!   lock, the lookup, the reply's clone, the counter): `hit_get` of the
+//!   one entry kept, `hit_hget_of_3000_fields` of the fields of one hash,
+//!   in turn (a key's many entries).
 //! * `pool/*`, `roundtrip/*`: need `redis-server` on `PATH`; one is started
 //!   on a UNIX socket in a temporary directory (no TCP port; the launcher
 //!   of tests/support/redis_server.rs) and killed at the end. `pool/shared_checkout` is a checkout + return of a pool slot
@@ -49,6 +53,7 @@ use vmod_redis::protocol::resp;
 use vmod_redis::protocol::Command;
 use vmod_redis::protocol::Reply;
 use vmod_redis::stats::Stats;
+use vmod_redis::NearCacheBench;
 
 // The launcher of the test harnesses; the bench uses a part of it.
 #[allow(dead_code, reason = "each includer uses a part of the shared launcher")]
@@ -398,12 +403,36 @@ fn bench_stats(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_near_cache(c: &mut Criterion) {
+    let args =
+        |args: &[&str]| -> Vec<Vec<u8>> { args.iter().map(|a| a.as_bytes().to_vec()).collect() };
+    let mut g = c.benchmark_group("near_cache");
+    let get = NearCacheBench::filled(64 << 20, &[args(&["GET", "foo"])], b"Hello world!");
+    assert!(get.hit(0), "GET foo is kept");
+    g.bench_function("hit_get", |b| b.iter(|| black_box(get.hit(black_box(0)))));
+    // Big enough that a 64th of it holds the whole hash.
+    let fields: Vec<Vec<Vec<u8>>> = (0..3000)
+        .map(|i| args(&["HGET", "h", &format!("field:{i:05}")]))
+        .collect();
+    let hget = NearCacheBench::filled(256 << 20, &fields, &[b'x'; 100]);
+    assert!((0..3000).all(|i| hget.hit(i)), "every field is kept");
+    let mut i = 0;
+    g.bench_function("hit_hget_of_3000_fields", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(hget.hit(i))
+        })
+    });
+    g.finish();
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     bench_command(&mut c);
     bench_commands(&mut c);
     bench_reply(&mut c);
     bench_stats(&mut c);
+    bench_near_cache(&mut c);
     match Redis::start() {
         Some(redis) => bench_with_redis(&mut c, &redis),
         None => eprintln!(

@@ -27,6 +27,9 @@ pub mod database;
 pub mod error;
 mod logger;
 pub(crate) mod near_cache;
+/// For benches/micro.rs: the near cache's hit path (not an API).
+#[doc(hidden)]
+pub use near_cache::NearCacheBench;
 pub mod protocol;
 mod routing;
 mod sentinel;

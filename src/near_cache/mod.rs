@@ -76,12 +76,14 @@ use parking_lot::Mutex;
 use crate::protocol::Reply;
 use crate::stats::{Counter, Stats};
 
+mod bench;
 mod fields;
 pub(crate) mod promise;
 mod replies;
 pub(crate) mod tracking;
 mod voids;
 
+pub use bench::NearCacheBench;
 pub(crate) use fields::{hash_read, HashRead};
 pub(crate) use promise::{Pledge, Promise, SlotSet, Unpledged};
 
