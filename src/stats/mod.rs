@@ -94,6 +94,9 @@ pub enum Counter {
     /// [ext] `near_cache`: refusals of what a fill needs (its `PTTL`),
     /// which turn the cache off.
     NearCacheRefused,
+    /// [ext] `near_cache`: replies not kept for their size (past the
+    /// share of the budget one entry may take).
+    NearCacheTooLarge,
     /// [ext] `near_cache`: replies kept now (a gauge).
     NearCacheEntries,
     /// [ext] `near_cache`: bytes they take, about (a gauge).
@@ -137,7 +140,7 @@ const BATCH_SIZES: [(Counter, usize); 7] = [
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 39;
+    pub const COUNT: usize = 40;
 
     /// The first [`Counter::C_VMOD`] of [`Counter::ALL`] are libvmod-redis's;
     /// the others are [ext], shown only in the [ext] part of the output
@@ -181,6 +184,7 @@ impl Counter {
         Counter::NearCacheInvalidations,
         Counter::NearCacheEvictions,
         Counter::NearCacheRefused,
+        Counter::NearCacheTooLarge,
         Counter::NearCacheEntries,
         Counter::NearCacheBytes,
         Counter::TlsNameMismatch,
@@ -226,6 +230,7 @@ impl Counter {
             Counter::NearCacheInvalidations => "ext.near_cache.invalidations",
             Counter::NearCacheEvictions => "ext.near_cache.evictions",
             Counter::NearCacheRefused => "ext.near_cache.refused",
+            Counter::NearCacheTooLarge => "ext.near_cache.too_large",
             Counter::NearCacheEntries => "ext.near_cache.entries",
             Counter::NearCacheBytes => "ext.near_cache.bytes",
             Counter::TlsNameMismatch => "ext.tls.name_mismatch",

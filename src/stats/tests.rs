@@ -451,7 +451,7 @@ fn json_with_servers_appends_server_list() {
     assert!(text.starts_with(&C_JSON[..C_JSON.len() - 1]), "{text}");
     assert_eq!(
         &text[C_JSON.len() - 1..],
-        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0,"batch_size": {"1": 0,"2_3": 0,"4_7": 1,"8_15": 0,"16_31": 0,"32_63": 0,"64_up": 0}},"near_cache": {"hits": 0,"misses": 0,"invalidations": 0,"evictions": 0,"refused": 0,"entries": 0,"bytes": 0},"tls": {"name_mismatch": 0},"sentinel": {"failed": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2},"commands": {"in_flight": 5}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0},"commands": {"in_flight": 0}}]}"#
+        r#","ext": {"connections": {"dropped": {"state": 7}},"pipelining": {"batches": 0,"commands": 0,"batch_size": {"1": 0,"2_3": 0,"4_7": 1,"8_15": 0,"16_31": 0,"32_63": 0,"64_up": 0}},"near_cache": {"hits": 0,"misses": 0,"invalidations": 0,"evictions": 0,"refused": 0,"too_large": 0,"entries": 0,"bytes": 0},"tls": {"name_mismatch": 0},"sentinel": {"failed": 0}},"server_list": [{"location": "127.0.0.1:6379","role": "master","sick": false,"connections": {"open": 3,"idle": 2},"commands": {"in_flight": 5}},{"location": "/run/a \"b\"\\c\n.sock","role": "auto","sick": true,"connections": {"open": 0,"idle": 0},"commands": {"in_flight": 0}}]}"#
     );
     let Json::Obj(root) = parse_json(&text) else {
         panic!("not an object")
@@ -668,6 +668,8 @@ fn prometheus_with_servers_appends_gauges() {
                vmod_redis_ext_near_cache_evictions{env=\"prod\",name=\"db\"} 0\n\
                # TYPE vmod_redis_ext_near_cache_refused counter\n\
                vmod_redis_ext_near_cache_refused{env=\"prod\",name=\"db\"} 0\n\
+               # TYPE vmod_redis_ext_near_cache_too_large counter\n\
+               vmod_redis_ext_near_cache_too_large{env=\"prod\",name=\"db\"} 0\n\
                # TYPE vmod_redis_ext_near_cache_entries gauge\n\
                vmod_redis_ext_near_cache_entries{env=\"prod\",name=\"db\"} 0\n\
                # TYPE vmod_redis_ext_near_cache_bytes gauge\n\
@@ -712,6 +714,8 @@ fn prometheus_with_servers_appends_gauges() {
          vmod_redis_ext_near_cache_evictions{} 0\n\
          # TYPE vmod_redis_ext_near_cache_refused counter\n\
          vmod_redis_ext_near_cache_refused{} 0\n\
+         # TYPE vmod_redis_ext_near_cache_too_large counter\n\
+         vmod_redis_ext_near_cache_too_large{} 0\n\
          # TYPE vmod_redis_ext_near_cache_entries gauge\n\
          vmod_redis_ext_near_cache_entries{} 0\n\
          # TYPE vmod_redis_ext_near_cache_bytes gauge\n\
