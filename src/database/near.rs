@@ -69,6 +69,10 @@ impl Database {
             Lookup::Hit(reply) => ControlFlow::Break(reply),
             Lookup::Miss(None) => ControlFlow::Continue(None),
             Lookup::Miss(Some(fill)) => ControlFlow::Continue(Some((cache, fill))),
+            Lookup::TooLarge(too_large) => {
+                x.note(Note::Warning(&too_large.said(&x.command.logged_name())));
+                ControlFlow::Continue(None)
+            }
         }
     }
 
@@ -97,7 +101,9 @@ impl Database {
                 }),
                 _ => None,
             };
-            cache.complete(fill, filled);
+            if let Some(too_large) = cache.complete(fill, filled) {
+                x.note(Note::Warning(&too_large.said(&x.command.logged_name())));
+            }
         } else if let Some(cache) = &self.near_cache {
             let name = x.command.name();
             let ended = (name.eq_ignore_ascii_case(b"EXEC")

@@ -45,10 +45,10 @@
 //! invalidation before that is of a write Redis applied before our read),
 //! and the fill is kept only if its ticket is still pending and every
 //! link is still there when the reply comes; an invalidation of another
-//! key after that check kills the entry through its link. A link lost to
-//! eviction kills its entry the same way (never a stale read, only a
-//! miss); an entry that goes removes its links. In Cluster the keys of
-//! such a command share a slot, hence a node and its tracking connection.
+//! key after that check kills the entry through its link. A link goes
+//! only with its key (an invalidation) or with its entry (which removes
+//! its links when it goes, evicted or not). In Cluster the keys of such
+//! a command share a slot, hence a node and its tracking connection.
 //!
 //! **Expiry.** A key with a TTL expires in Redis without a write, and an
 //! expired key Redis has not deleted yet sends no invalidation. So a fill
@@ -61,13 +61,26 @@
 //! and the `PTTL` of a fill is paid only by keys read again.
 //!
 //! **Memory.** 64 shards, each with a lock of its own (no lock every
-//! worker contends on) and 1/64 of the byte budget, reads in flight
-//! (pending entries) included; past it, keys are
-//! evicted in CLOCK order (second chance: a key read since it was last
-//! passed over stays), which approximates LRU without a write on a hit.
-use std::collections::{HashMap, HashSet, VecDeque};
+//! worker contends on), under one byte budget: every shard counts what it
+//! takes (reads in flight, their pending entries, included) in one count
+//! for the whole cache, and whatever grows it past the budget evicts,
+//! once its own lock is let go, from the shards in turn, one entry each
+//! in CLOCK order (second chance: an entry read since the hand last
+//! passed stays), until it is back within the budget: about LRU over the
+//! whole cache, without a write on a hit beyond the entry's own bit. Entries
+//! go one by one, not their key's others with them: the fields of one
+//! hash read field by field are kept as separate keys are
+//! (`store.rs`: every lookup is constant-time per entry).
+//!
+//! **One entry** may take up to [`ENTRY_SHARE`] of the budget (its reply,
+//! command, keys and links): larger, it is not kept (counted in
+//! `ext.near_cache.too_large`, said once), and evicts nothing. A 16th
+//! keeps values of a few 64ths of the cache (a 20 KB value in 1 MiB), and
+//! one such fill evicts at most a 16th of what others read; it also
+//! bounds by how much fills that complete at once may pass the budget
+//! before they evict (each at most a 16th).
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,26 +93,30 @@ mod bench;
 mod fields;
 pub(crate) mod promise;
 mod replies;
+mod store;
 pub(crate) mod tracking;
 mod voids;
 
 pub use bench::NearCacheBench;
 pub(crate) use fields::{hash_read, HashRead};
 pub(crate) use promise::{Pledge, Promise, SlotSet, Unpledged};
+use store::{Books, Shard, State, Unlinks};
 
 const SHARDS: usize = 64;
-/// Commands a shard's doorkeeper remembers before it starts afresh.
-const DOORKEEPER: usize = 4096;
-/// What an entry costs beyond its bytes (maps, queue, reply headers).
-const ENTRY_OVERHEAD: usize = 96;
-/// What a link costs beyond its key (its ticket, the map and queue slot).
-const LINK_OVERHEAD: usize = 48;
+/// One entry may take up to the budget over this (see "One entry" above).
+pub(crate) const ENTRY_SHARE: usize = 16;
 
 /// One database's near cache.
 pub(crate) struct NearCache {
     shards: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
-    budget_per_shard: usize,
+    /// `near_cache`: the bytes of every shard together.
+    budget: usize,
+    /// The most one entry may take (a [`ENTRY_SHARE`] of the budget).
+    entry_most: usize,
+    books: Books,
+    /// The shard the next eviction looks in: each in turn.
+    hand: AtomicUsize,
     /// `near_cache_ttl`: no entry is served older than this.
     max_age: Option<Duration>,
     next_ticket: AtomicU64,
@@ -111,62 +128,11 @@ pub(crate) struct NearCache {
     /// Off for good: a server refused what a fill needs (see
     /// [`NearCache::refused`]).
     off: AtomicBool,
+    /// An entry too large to keep was said (once).
+    too_large_said: AtomicBool,
     /// The database's: `ext.near_cache.*`.
     stats: Arc<Stats>,
 }
-
-#[derive(Default)]
-struct Shard {
-    keys: HashMap<Box<[u8]>, Keyed>,
-    /// Keys in insertion order, for CLOCK eviction (a key may be listed
-    /// after it left `keys`: skipped then).
-    clock: VecDeque<Box<[u8]>>,
-    bytes: usize,
-    /// Hashes of commands missed once: the next miss fills.
-    seen: HashSet<u64>,
-}
-
-/// The entries of one Redis key (one per command it owns), and the links
-/// of commands of several keys kept under another of their keys.
-#[derive(Default)]
-struct Keyed {
-    entries: Vec<Entry>,
-    /// Tickets of entries kept under another key that read this one.
-    links: Vec<u64>,
-    /// Read since the clock hand last passed.
-    referenced: AtomicBool,
-    bytes: usize,
-}
-
-struct Entry {
-    /// The command as sent (name and arguments, with their lengths).
-    command: Box<[u8]>,
-    /// Its keys other than the one it is kept under: each holds a link.
-    others: Box<[Box<[u8]>]>,
-    /// Taken by the miss that made it; its links carry it.
-    ticket: u64,
-    state: State,
-}
-
-enum State {
-    /// A read is in flight; its reply may replace this if the entry (its
-    /// ticket) is still here when it comes.
-    Pending,
-    Ready {
-        reply: Reply,
-        stored: Instant,
-        /// When the first of its keys' TTLs ends (`None`: they have none).
-        expires: Option<Instant>,
-        /// From a master (a `master=true` read takes only those).
-        from_master: bool,
-        /// The promise of the server that gave it: served while it holds.
-        pledge: Pledge,
-    },
-}
-
-/// Links to remove once the shard lock is let go: the other keys of an
-/// entry that went, and its ticket.
-type Unlinks = Vec<(Box<[Box<[u8]>]>, u64)>;
 
 /// What the writes a task queued in `MULTI` change, forgotten at its
 /// `EXEC` or `DISCARD` (see [`NearCache::forget_written`]).
@@ -180,8 +146,33 @@ pub(crate) struct QueuedWrites {
 pub(crate) enum Lookup {
     Hit(Reply),
     /// Not there: send the command, then [`NearCache::complete`] with the
-    /// ticket (`None`: another read of it is in flight; do not keep).
+    /// ticket (`None`: another read of it is in flight, or its command
+    /// and keys alone are past an entry's share; do not keep).
     Miss(Option<Fill>),
+    /// Not there, and its command and keys alone are past an entry's
+    /// share the first time: the same as `Miss(None)`, to be said.
+    TooLarge(TooLarge),
+}
+
+/// An entry not kept for its size, the first time (to be said once).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TooLarge {
+    /// What it would take.
+    pub bytes: usize,
+    /// What one entry may take.
+    pub most: usize,
+}
+
+impl TooLarge {
+    /// The log line, for a reply to `command` (its name).
+    pub(crate) fn said(&self, command: &str) -> String {
+        format!(
+            "near cache: a reply to {command} is not kept: {} bytes, past the {} an entry \
+             may take (a {ENTRY_SHARE}th of near_cache); counted in ext.near_cache.too_large, \
+             said once",
+            self.bytes, self.most
+        )
+    }
 }
 
 /// The reply of a fill, and what is known of it.
@@ -200,6 +191,8 @@ pub(crate) struct Filled<'r> {
 /// A read in flight that may fill the cache.
 pub(crate) struct Fill {
     key: Box<[u8]>,
+    /// The hash of its command, where its entry is.
+    hash: u64,
     others: Box<[Box<[u8]>]>,
     ticket: u64,
     epoch: u64,
@@ -220,7 +213,10 @@ impl NearCache {
         NearCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
-            budget_per_shard: (budget / SHARDS).max(1),
+            budget,
+            entry_most: budget / ENTRY_SHARE,
+            books: Books::new(stats.clone()),
+            hand: AtomicUsize::new(0),
             max_age,
             next_ticket: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
@@ -228,6 +224,7 @@ impl NearCache {
                 .map(|_| AtomicU16::new(0))
                 .collect(),
             off: AtomicBool::new(false),
+            too_large_said: AtomicBool::new(false),
             stats,
         }
     }
@@ -258,6 +255,16 @@ impl NearCache {
         self.stats.inc(Counter::NearCacheRefused);
     }
 
+    /// An entry of `bytes` is not kept for its size: counted; what to say
+    /// the first time.
+    fn too_large(&self, bytes: usize) -> Option<TooLarge> {
+        self.stats.inc(Counter::NearCacheTooLarge);
+        (!self.too_large_said.swap(true, Ordering::Relaxed)).then_some(TooLarge {
+            bytes,
+            most: self.entry_most,
+        })
+    }
+
     fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
@@ -269,13 +276,14 @@ impl NearCache {
         let Some((&key, others)) = keys.split_first() else {
             return Lookup::Miss(None);
         };
-        match self.kept(key, command, master) {
+        let hash = self.hasher.hash_one(command);
+        match self.kept(key, hash, command, master) {
             Kept::Reply(reply, ticket) if self.linked(others, ticket) => {
                 self.stats.inc(Counter::NearCacheHits);
                 return Lookup::Hit(reply);
             }
-            // One of its other keys changed (or its link was evicted).
-            Kept::Reply(_, ticket) => self.remove_entry(key, ticket),
+            // One of its other keys changed.
+            Kept::Reply(_, ticket) => self.remove_entry(key, hash, ticket),
             Kept::Pending | Kept::Unproven => {
                 self.stats.inc(Counter::NearCacheMisses);
                 return Lookup::Miss(None);
@@ -283,22 +291,18 @@ impl NearCache {
             Kept::Nothing => {}
         }
         self.stats.inc(Counter::NearCacheMisses);
-        self.admit(key, others, command)
+        self.admit(key, others, hash, command)
     }
 
-    /// What the shard of `key` holds for `command`; an entry too old, or
-    /// a replica's for a master read, goes (fetched again, and replaced
-    /// if this read may fill).
-    fn kept(&self, key: &[u8], command: &[u8], master: bool) -> Kept {
+    /// What the shard of `key` holds for `command` (of hash `hash`); an
+    /// entry too old, or a replica's for a master read, goes (fetched
+    /// again, and replaced if this read may fill).
+    fn kept(&self, key: &[u8], hash: u64, command: &[u8], master: bool) -> Kept {
         let now = Instant::now();
         let mut shard = self.shard(key).lock();
-        let Some(keyed) = shard.keys.get_mut(key) else {
+        let Some(entry) = shard.find(hash, key, command) else {
             return Kept::Nothing;
         };
-        let Some(at) = keyed.entries.iter().position(|e| &*e.command == command) else {
-            return Kept::Nothing;
-        };
-        let entry = &keyed.entries[at];
         match &entry.state {
             State::Ready {
                 reply,
@@ -316,14 +320,15 @@ impl NearCache {
                 if !pledge.holds(now) {
                     return Kept::Unproven;
                 }
-                keyed.referenced.store(true, Ordering::Relaxed);
-                Kept::Reply(reply.clone(), entry.ticket)
+                let kept = Kept::Reply(reply.clone(), entry.ticket);
+                entry.referenced = true;
+                kept
             }
             State::Pending => Kept::Pending,
             State::Ready { .. } => {
-                let removed = self.take_entry(&mut shard, key, at);
+                let unlinks = shard.remove(hash, None, &self.books);
                 drop(shard);
-                self.unlink_all(removed);
+                self.unlink_all(unlinks);
                 Kept::Nothing
             }
         }
@@ -332,55 +337,33 @@ impl NearCache {
     /// A first miss of `command` only leaves its hash (the doorkeeper);
     /// the next takes a ticket: a pending entry under `key`, then a link
     /// under each of `others`, all before the command is sent.
-    fn admit(&self, key: &[u8], others: &[&[u8]], command: &[u8]) -> Lookup {
+    fn admit(&self, key: &[u8], others: &[&[u8]], hash: u64, command: &[u8]) -> Lookup {
         let mut shard = self.shard(key).lock();
         // Another read may have taken a ticket since this one looked.
-        if shard
-            .keys
-            .get(key)
-            .is_some_and(|keyed| keyed.entries.iter().any(|e| &*e.command == command))
-        {
+        if shard.holds(hash) || !shard.admits(hash) {
             return Lookup::Miss(None);
         }
-        let hash = self.hasher.hash_one(command);
-        if !shard.seen.remove(&hash) {
-            if shard.seen.len() >= DOORKEEPER {
-                shard.seen.clear();
-            }
-            shard.seen.insert(hash);
-            return Lookup::Miss(None);
+        let bytes = store::pending_bound(command, others);
+        if bytes > self.entry_most {
+            drop(shard);
+            return self
+                .too_large(bytes)
+                .map_or(Lookup::Miss(None), Lookup::TooLarge);
         }
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let epoch = self.epoch.load(Ordering::Acquire);
         let others: Box<[Box<[u8]>]> = others.iter().map(|&other| other.into()).collect();
-        let entry = Entry {
-            command: command.into(),
-            others: others.clone(),
-            ticket,
-            state: State::Pending,
-        };
-        let size = entry_size(key, &entry);
-        let held = &mut *shard;
-        if !held.keys.contains_key(key) {
-            held.clock.push_back(key.into());
-            compact_clock(held);
+        shard.insert(hash, key, command, others.clone(), ticket, &self.books);
+        drop(shard);
+        for other in others.iter() {
+            self.shard(other).lock().link(other, ticket, &self.books);
         }
-        let keyed = held.keys.entry(key.into()).or_default();
-        keyed.entries.push(entry);
-        keyed.bytes += size;
-        held.bytes += size;
-        self.stats.inc(Counter::NearCacheEntries);
-        self.stats.add(Counter::NearCacheBytes, size as u64);
         // A pending entry is memory too: with hundreds of reads in
         // flight, waiting for a fill to evict would go past the budget.
-        let unlinks = self.evict(held);
-        drop(shard);
-        self.unlink_all(unlinks);
-        for other in others.iter() {
-            self.link(other, ticket);
-        }
+        self.make_room();
         Lookup::Miss(Some(Fill {
             key: key.into(),
+            hash,
             others,
             ticket,
             epoch,
@@ -389,28 +372,21 @@ impl NearCache {
 
     /// The read of `fill` is over: keep `reply` (whether a master gave it,
     /// when its keys expire) if its entry is still there, pending, with
-    /// every link, and no tracking changed since the ticket was taken.
-    /// `None`: the read failed, or the server that answered is not
-    /// tracked; the pending entry goes.
-    pub(crate) fn complete(&self, fill: Fill, reply: Option<Filled<'_>>) {
+    /// every link, no tracking changed since the ticket was taken, and it
+    /// is within an entry's share. `None`: the read failed, or the server
+    /// that answered is not tracked; the pending entry goes. `Some` the
+    /// first time a reply is not kept for its size, to be said.
+    pub(crate) fn complete(&self, fill: Fill, reply: Option<Filled<'_>>) -> Option<TooLarge> {
         // Checked before the entry's own shard is locked (never two
         // locks): an invalidation of another key after this check kills
         // the entry through its link.
-        let reply = reply.filter(|_| self.linked_boxed(&fill.others, fill.ticket));
-        let mut guard = self.shard(&fill.key).lock();
-        let shard = &mut *guard;
-        let at = shard.keys.get(&fill.key).and_then(|keyed| {
-            keyed
-                .entries
-                .iter()
-                .position(|e| e.ticket == fill.ticket && matches!(e.state, State::Pending))
-        });
-        let Some(at) = at else {
-            drop(guard);
+        let reply = reply.filter(|_| self.linked(&fill.others, fill.ticket));
+        let mut shard = self.shard(&fill.key).lock();
+        let Some(entry) = shard.pending(fill.hash, fill.ticket) else {
+            drop(shard);
             self.unlink(&fill.others, fill.ticket);
-            return;
+            return None;
         };
-        let keyed = shard.keys.get_mut(&fill.key).expect("just found");
         let keep = reply.filter(|filled| {
             !matches!(filled.reply, Reply::Error(_))
                 && self.epoch.load(Ordering::Acquire) == fill.epoch
@@ -418,91 +394,70 @@ impl NearCache {
                     self.migrating[usize::from(slot)].load(Ordering::Acquire) == 0
                 })
         });
-        let old = entry_size(&fill.key, &keyed.entries[at]);
-        // A reply past the shard's whole budget is not kept: keeping it
-        // would evict every other key of the shard, for nothing.
-        let keep = keep.filter(|filled| old + reply_size(filled.reply) <= self.budget_per_shard);
+        // Past an entry's share it is not kept, and evicts nothing.
+        let mut too_large = None;
+        let keep = keep.filter(|filled| {
+            let bytes = store::entry_bound(entry, filled.reply);
+            let fits = bytes <= self.entry_most;
+            if !fits {
+                too_large = Some(bytes);
+            }
+            fits
+        });
         let unlinks = match keep {
             Some(filled) => {
-                keyed.entries[at].state = State::Ready {
+                let state = State::Ready {
                     reply: filled.reply.clone(),
                     stored: Instant::now(),
                     expires: filled.expires,
                     from_master: filled.from_master,
                     pledge: filled.pledge,
                 };
-                let new = entry_size(&fill.key, &keyed.entries[at]);
-                keyed.bytes = keyed.bytes + new - old;
-                shard.bytes = shard.bytes + new - old;
-                self.stats.add(Counter::NearCacheBytes, (new - old) as u64);
-                self.evict(shard)
+                shard.fill(fill.hash, state, &self.books);
+                Vec::new()
             }
-            None => self.take_entry(shard, &fill.key, at),
+            None => shard.remove(fill.hash, Some(fill.ticket), &self.books),
         };
-        drop(guard);
+        drop(shard);
         self.unlink_all(unlinks);
+        self.make_room();
+        too_large.and_then(|bytes| self.too_large(bytes))
     }
 
-    /// Every link of `ticket` is still under `others` (marked read).
-    fn linked(&self, others: &[&[u8]], ticket: u64) -> bool {
-        others.iter().all(|other| self.has_link(other, ticket))
-    }
-
-    fn linked_boxed(&self, others: &[Box<[u8]>], ticket: u64) -> bool {
-        others.iter().all(|other| self.has_link(other, ticket))
-    }
-
-    fn has_link(&self, key: &[u8], ticket: u64) -> bool {
-        let shard = self.shard(key).lock();
-        let Some(keyed) = shard.keys.get(key) else {
-            return false;
-        };
-        let linked = keyed.links.contains(&ticket);
-        if linked {
-            keyed.referenced.store(true, Ordering::Relaxed);
+    /// Past the budget: evicts from the shards in turn, one entry each
+    /// (CLOCK), until back within it, one shard lock at a time; the links
+    /// of those entries go too. Stops after two rounds that evicted
+    /// nothing (the first clears every entry's bit): only reads in flight
+    /// of other workers, and their links, may be left past the budget
+    /// then, until they evict.
+    fn make_room(&self) {
+        let mut idle = 0;
+        while self.books.bytes() > self.budget && idle < 2 * SHARDS {
+            let at = self.hand.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            let evicted = self.shards[at].lock().evict_one(&self.books);
+            match evicted {
+                Some(unlinks) => {
+                    idle = 0;
+                    self.stats.inc(Counter::NearCacheEvictions);
+                    self.unlink_all(unlinks);
+                }
+                None => idle += 1,
+            }
         }
-        linked
     }
 
-    /// Under `key`: a link to the entry of `ticket`, kept under another
-    /// key. Queued last for the clock, like a new key.
-    fn link(&self, key: &[u8], ticket: u64) {
-        let mut guard = self.shard(key).lock();
-        let shard = &mut *guard;
-        if !shard.keys.contains_key(key) {
-            shard.clock.push_back(key.into());
-            compact_clock(shard);
-        }
-        let keyed = shard.keys.entry(key.into()).or_default();
-        keyed.links.push(ticket);
-        let size = link_size(key);
-        keyed.bytes += size;
-        shard.bytes += size;
-        self.stats.add(Counter::NearCacheBytes, size as u64);
-        let unlinks = self.evict(shard);
-        drop(guard);
-        self.unlink_all(unlinks);
+    /// Every link of `ticket` is still under `others`.
+    fn linked<K: AsRef<[u8]>>(&self, others: &[K], ticket: u64) -> bool {
+        others.iter().all(|other| {
+            let other = other.as_ref();
+            self.shard(other).lock().has_link(other, ticket)
+        })
     }
 
     /// The links of `ticket` under `others` go (its entry went).
     fn unlink(&self, others: &[Box<[u8]>], ticket: u64) {
         for key in others.iter() {
-            let mut shard = self.shard(key).lock();
-            let shard = &mut *shard;
-            let Some(keyed) = shard.keys.get_mut(key) else {
-                continue;
-            };
-            let Some(at) = keyed.links.iter().position(|&t| t == ticket) else {
-                continue;
-            };
-            keyed.links.swap_remove(at);
-            let size = link_size(key);
-            keyed.bytes -= size;
-            shard.bytes -= size;
-            self.stats.sub(Counter::NearCacheBytes, size as u64);
-            if keyed.entries.is_empty() && keyed.links.is_empty() {
-                shard.keys.remove(key);
-            }
+            self.shard(key).lock().unlink(key, ticket, &self.books);
         }
     }
 
@@ -512,81 +467,14 @@ impl NearCache {
         }
     }
 
-    /// The entry of `ticket` under `key` goes, if it is still there.
-    fn remove_entry(&self, key: &[u8], ticket: u64) {
-        let mut shard = self.shard(key).lock();
-        let at = shard
-            .keys
-            .get(key)
-            .and_then(|keyed| keyed.entries.iter().position(|e| e.ticket == ticket));
-        let Some(at) = at else {
-            return;
-        };
-        let unlinks = self.take_entry(&mut shard, key, at);
-        drop(shard);
+    /// The entry of `ticket` under `key` (its command's hash `hash`)
+    /// goes, if it is still there.
+    fn remove_entry(&self, key: &[u8], hash: u64, ticket: u64) {
+        let unlinks = self
+            .shard(key)
+            .lock()
+            .remove(hash, Some(ticket), &self.books);
         self.unlink_all(unlinks);
-    }
-
-    /// Takes entry `at` of `key` out of `shard`; its links are returned,
-    /// to remove once the lock is let go.
-    fn take_entry(&self, shard: &mut Shard, key: &[u8], at: usize) -> Unlinks {
-        let keyed = shard.keys.get_mut(key).expect("an entry of this key");
-        let removed = keyed.entries.swap_remove(at);
-        let size = entry_size(key, &removed);
-        keyed.bytes -= size;
-        shard.bytes -= size;
-        if keyed.entries.is_empty() && keyed.links.is_empty() {
-            shard.keys.remove(key);
-        }
-        self.stats.sub(Counter::NearCacheEntries, 1);
-        self.stats.sub(Counter::NearCacheBytes, size as u64);
-        if removed.others.is_empty() {
-            Vec::new()
-        } else {
-            vec![(removed.others, removed.ticket)]
-        }
-    }
-
-    /// Past the shard's budget: evicts keys in CLOCK order. The links of
-    /// the entries evicted are returned, to remove once the lock is let
-    /// go; the entries of links evicted are dead (a hit checks its links).
-    fn evict(&self, shard: &mut Shard) -> Unlinks {
-        let mut unlinks = Vec::new();
-        // Each key is passed over at most twice (its second chance).
-        let mut turns = shard.clock.len() * 2 + 1;
-        while shard.bytes > self.budget_per_shard && turns > 0 {
-            turns -= 1;
-            let Some(key) = shard.clock.pop_front() else {
-                break;
-            };
-            let Some(keyed) = shard.keys.get(&key) else {
-                continue;
-            };
-            if keyed.referenced.swap(false, Ordering::Relaxed) {
-                shard.clock.push_back(key);
-                continue;
-            }
-            let keyed = shard.keys.remove(&key).expect("just found");
-            shard.bytes -= keyed.bytes;
-            self.stats.inc(Counter::NearCacheEvictions);
-            self.forget(keyed, &mut unlinks);
-        }
-        unlinks
-    }
-
-    /// The counts of `keyed`, which left its shard; the links of its
-    /// entries are added to `unlinks`.
-    fn forget(&self, keyed: Keyed, unlinks: &mut Unlinks) {
-        self.stats
-            .sub(Counter::NearCacheEntries, keyed.entries.len() as u64);
-        self.stats.sub(Counter::NearCacheBytes, keyed.bytes as u64);
-        unlinks.extend(
-            keyed
-                .entries
-                .into_iter()
-                .filter(|entry| !entry.others.is_empty())
-                .map(|entry| (entry.others, entry.ticket)),
-        );
     }
 
     /// Redis says `key` changed: every entry of it goes, pending ones
@@ -595,14 +483,8 @@ impl NearCache {
     /// read it).
     pub(crate) fn invalidate(&self, key: &[u8]) {
         self.stats.inc(Counter::NearCacheInvalidations);
-        let mut shard = self.shard(key).lock();
-        if let Some(keyed) = shard.keys.remove(key) {
-            shard.bytes -= keyed.bytes;
-            drop(shard);
-            let mut unlinks = Vec::new();
-            self.forget(keyed, &mut unlinks);
-            self.unlink_all(unlinks);
-        }
+        let unlinks = self.shard(key).lock().invalidate(key, &self.books);
+        self.unlink_all(unlinks);
     }
 
     /// A command of ours that may have written `keys` (`Some(empty)`: a
@@ -638,53 +520,6 @@ impl NearCache {
             }
         }
     }
-}
-
-/// Keys leave the map without leaving the clock queue (invalidations,
-/// fills that keep nothing), and come back: past twice the keys kept (and
-/// a margin), the queue is rebuilt with the keys still there, once each.
-fn compact_clock(shard: &mut Shard) {
-    if shard.clock.len() <= 2 * shard.keys.len() + 64 {
-        return;
-    }
-    let keys = &shard.keys;
-    let mut queued = HashSet::new();
-    shard
-        .clock
-        .retain(|key| keys.contains_key(key) && queued.insert(key.clone()));
-}
-
-fn entry_size(key: &[u8], entry: &Entry) -> usize {
-    let reply = match &entry.state {
-        State::Pending => 0,
-        State::Ready { reply, .. } => reply_size(reply),
-    };
-    let others: usize = entry
-        .others
-        .iter()
-        .map(|other| std::mem::size_of::<Box<[u8]>>() + other.len())
-        .sum();
-    ENTRY_OVERHEAD + key.len() + entry.command.len() + others + reply
-}
-
-fn link_size(key: &[u8]) -> usize {
-    LINK_OVERHEAD + key.len()
-}
-
-/// About what a reply takes in memory.
-fn reply_size(reply: &Reply) -> usize {
-    let mut size = 0;
-    let mut stack = vec![reply];
-    while let Some(reply) = stack.pop() {
-        size += std::mem::size_of::<Reply>();
-        match reply {
-            Reply::String(bytes) => size += bytes.len(),
-            Reply::Error(text) | Reply::Status(text) => size += text.len(),
-            Reply::Array(items) => stack.extend(items),
-            _ => {}
-        }
-    }
-    size
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{NearCache, Promise, SlotSet, State};
-use crate::stats::Counter;
 
 impl NearCache {
     /// `promise` was made, broken or renewed (its generation moved):
@@ -60,33 +59,13 @@ impl NearCache {
     /// already is refused at its completion.
     fn sweep(&self, picks: impl Fn(&Arc<Promise>, &[u8]) -> bool) {
         for shard in self.shards.iter() {
-            let mut guard = shard.lock();
-            let held = &mut *guard;
-            let doomed: Vec<(Box<[u8]>, u64)> = held
-                .keys
-                .iter()
-                .flat_map(|(key, keyed)| {
-                    keyed.entries.iter().filter_map(|entry| match &entry.state {
-                        State::Ready { pledge, .. } if picks(&pledge.promise, key) => {
-                            Some((key.clone(), entry.ticket))
-                        }
-                        _ => None,
-                    })
-                })
-                .collect();
-            let mut unlinks = Vec::new();
-            for (key, ticket) in doomed {
-                let at = held.keys.get(&key).and_then(|keyed| {
-                    keyed
-                        .entries
-                        .iter()
-                        .position(|entry| entry.ticket == ticket)
-                });
-                if let Some(at) = at {
-                    unlinks.extend(self.take_entry(held, &key, at));
-                }
-            }
-            drop(guard);
+            let unlinks = shard.lock().remove_where(
+                |entry| match &entry.state {
+                    State::Ready { pledge, .. } => picks(&pledge.promise, &entry.key),
+                    State::Pending => false,
+                },
+                &self.books,
+            );
             self.unlink_all(unlinks);
         }
     }
@@ -96,16 +75,7 @@ impl NearCache {
     pub(crate) fn clear(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            let shard = &mut *shard;
-            for keyed in shard.keys.values() {
-                self.stats
-                    .sub(Counter::NearCacheEntries, keyed.entries.len() as u64);
-                self.stats.sub(Counter::NearCacheBytes, keyed.bytes as u64);
-            }
-            shard.keys.clear();
-            shard.clock.clear();
-            shard.bytes = 0;
+            shard.lock().clear(&self.books);
         }
     }
 }
