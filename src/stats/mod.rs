@@ -89,7 +89,7 @@ pub enum Counter {
     NearCacheMisses,
     /// [ext] `near_cache`: keys Redis said changed (or flushes).
     NearCacheInvalidations,
-    /// [ext] `near_cache`: keys evicted for the byte budget.
+    /// [ext] `near_cache`: entries evicted for the byte budget.
     NearCacheEvictions,
     /// [ext] `near_cache`: refusals of what a fill needs (its `PTTL`),
     /// which turn the cache off.
