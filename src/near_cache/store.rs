@@ -455,6 +455,27 @@ impl Shard {
         self.entries.len()
     }
 
+    /// Every entry's ticket and other keys.
+    pub(super) fn tickets(&self) -> Vec<(u64, Vec<Box<[u8]>>)> {
+        self.entries
+            .values()
+            .map(|entry| (entry.ticket, entry.others.to_vec()))
+            .collect()
+    }
+
+    /// Every link: its key and ticket.
+    pub(super) fn links(&self) -> Vec<(Box<[u8]>, u64)> {
+        self.keys
+            .iter()
+            .flat_map(|(key, keyed)| {
+                keyed
+                    .links
+                    .iter()
+                    .map(|&ticket| (Box::from(&**key), ticket))
+            })
+            .collect()
+    }
+
     pub(super) fn queued(&self) -> usize {
         self.clock.len()
     }

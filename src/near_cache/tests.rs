@@ -520,3 +520,142 @@ fn an_entry_past_its_share_is_counted_and_evicts_nothing() {
     assert_eq!(get(&cache, Counter::NearCacheEntries), 0);
     assert_accounted(&cache);
 }
+
+/// Workers at once: reads of one key and of several, hash fields, replies
+/// past an entry's share, reads that fail or complete late, writes
+/// (invalidations) and clears, in a budget small enough that most fills
+/// evict. Every key has a version, which a write moves before its
+/// invalidation, and a fill reads after its ticket: a hit never returns
+/// a version older than a write whose invalidation was over before the
+/// lookup began. Once the workers are done: the accounting is exact, the
+/// cache within its budget, and no link is left whose entry went (links
+/// are never evicted on their own: one left behind would be memory that
+/// no eviction frees).
+#[test]
+fn exact_and_within_the_budget_under_concurrent_churn() {
+    use std::sync::atomic::AtomicU64;
+    // Few keys, for reads, writes and fills of one command to meet.
+    const KEYS: usize = 24;
+    let budget = SHARDS * 300;
+    let cache = cache(budget);
+    // Keys KEYS.. are 4 hashes.
+    let versions: Vec<AtomicU64> = (0..KEYS + 4).map(|_| AtomicU64::new(0)).collect();
+    let invalidated: Vec<AtomicU64> = (0..KEYS + 4).map(|_| AtomicU64::new(0)).collect();
+    let name = |k: usize| {
+        if k < KEYS {
+            format!("k{k}")
+        } else {
+            format!("h{}", k - KEYS)
+        }
+    };
+    std::thread::scope(|scope| {
+        for worker in 0..4u64 {
+            let (cache, versions, invalidated) = (&cache, &versions, &invalidated);
+            scope.spawn(move || {
+                let mut state = 0x9E37_79B9_7F4A_7C15 ^ (worker + 1);
+                let mut next = |n: usize| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state % n as u64) as usize
+                };
+                // Fills held across the next operations, with their
+                // replies: Redis answered at once, the replies come late,
+                // in any order.
+                let mut held: Vec<(Fill, Reply)> = Vec::new();
+                // What Redis answers now: the versions of `read`.
+                let answer = |read: &[usize], size: usize| {
+                    let mut reply = read
+                        .iter()
+                        .map(|&k| versions[k].load(Ordering::SeqCst).to_string())
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    reply.push(';');
+                    reply.push_str(&"x".repeat(size));
+                    s(&reply)
+                };
+                for _ in 0..20_000 {
+                    let (a, b) = (next(KEYS), next(KEYS));
+                    let size = match next(100) {
+                        0 => budget / ENTRY_SHARE,
+                        n => 10 * n,
+                    };
+                    let (read, command) = match next(100) {
+                        0..=54 => (vec![a], format!("GET k{a}")),
+                        55..=69 if a != b => (vec![a, b], format!("MGET k{a} k{b}")),
+                        70..=79 => (vec![KEYS + a % 4], format!("HGET h{} f{a}", a % 4)),
+                        80..=94 => {
+                            let k = if next(3) == 0 { KEYS + a % 4 } else { a };
+                            let written = versions[k].fetch_add(1, Ordering::SeqCst) + 1;
+                            cache.invalidate(name(k).as_bytes());
+                            invalidated[k].fetch_max(written, Ordering::SeqCst);
+                            continue;
+                        }
+                        95 if next(5) == 0 => {
+                            cache.clear();
+                            continue;
+                        }
+                        _ => {
+                            if !held.is_empty() {
+                                let (fill, reply) = held.swap_remove(next(held.len()));
+                                cache.complete(fill, from_master(&reply));
+                            }
+                            continue;
+                        }
+                    };
+                    let floors: Vec<u64> = read
+                        .iter()
+                        .map(|&k| invalidated[k].load(Ordering::SeqCst))
+                        .collect();
+                    let names: Vec<String> = read.iter().map(|&k| name(k)).collect();
+                    let keys: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+                    match cache.lookup(&keys, command.as_bytes(), false) {
+                        Lookup::Hit(Reply::String(reply)) => {
+                            let reply = String::from_utf8(reply).unwrap();
+                            let (got, _) = reply.split_once(';').unwrap();
+                            for (version, floor) in got.split(',').zip(&floors) {
+                                let version: u64 = version.parse().unwrap();
+                                assert!(version >= *floor, "{command}: {version} < {floor}");
+                            }
+                        }
+                        Lookup::Hit(other) => panic!("{other:?}"),
+                        Lookup::Miss(Some(fill)) => {
+                            let reply = answer(&read, size);
+                            match next(10) {
+                                0 => drop(cache.complete(fill, None)),
+                                1..=3 if held.len() < 8 => held.push((fill, reply)),
+                                _ => drop(cache.complete(fill, from_master(&reply))),
+                            }
+                        }
+                        Lookup::Miss(None) | Lookup::TooLarge(_) => {}
+                    }
+                }
+                for (fill, reply) in held {
+                    cache.complete(fill, from_master(&reply));
+                }
+            });
+        }
+    });
+    assert_accounted(&cache);
+    let bytes = cache.books.bytes();
+    assert!(bytes <= budget, "{bytes} > {budget}");
+    assert!(get(&cache, Counter::NearCacheHits) > 1_000);
+    assert!(get(&cache, Counter::NearCacheEvictions) > 1_000);
+    assert!(get(&cache, Counter::NearCacheTooLarge) > 0);
+    let mut entries = std::collections::HashMap::new();
+    let mut links = Vec::new();
+    for shard in cache.shards.iter() {
+        let shard = shard.lock();
+        entries.extend(shard.tickets());
+        links.extend(shard.links());
+    }
+    for (key, ticket) in links {
+        let others = entries
+            .get(&ticket)
+            .unwrap_or_else(|| panic!("a link of {} left behind", String::from_utf8_lossy(&key)));
+        assert!(
+            others.contains(&key),
+            "a link under a key its entry does not read"
+        );
+    }
+}
