@@ -72,8 +72,8 @@
 //! hash read field by field are kept as separate keys are
 //! (`store.rs`: every lookup is constant-time per entry).
 //!
-//! **One entry** may take up to [`ENTRY_SHARE`] of the budget (its reply,
-//! command, keys and links): larger, it is not kept (counted in
+//! **One entry** may take up to a 16th of the budget ([`ENTRY_SHARE`]:
+//! its reply, command, keys and links): larger, it is not kept (counted in
 //! `ext.near_cache.too_large`, said once), and evicts nothing. A 16th
 //! keeps values of a few 64ths of the cache (a 20 KB value in 1 MiB), and
 //! one such fill evicts at most a 16th of what others read; it also
@@ -104,7 +104,7 @@ use store::{Books, Shard, State, Unlinks};
 
 const SHARDS: usize = 64;
 /// One entry may take up to the budget over this (see "One entry" above).
-pub(crate) const ENTRY_SHARE: usize = 16;
+const ENTRY_SHARE: usize = 16;
 
 /// One database's near cache.
 pub(crate) struct NearCache {
