@@ -6,10 +6,15 @@
 //!
 //! Its rules, one row each in the table of the tests below:
 //! - A connection the task keeps is never retried: a failure closes it.
+//! - A script's (`EVAL*`, `FCALL*`) error reply is final, but for a
+//!   redirection (`MOVED`, `ASK`) and `NOSCRIPT` (`send.rs`): its own
+//!   `redis.error_reply('TRYAGAIN ...')` cannot be told from the
+//!   server's by its text, and may come after its writes. The C VMOD
+//!   runs such a script once.
 //! - Standalone: a failed attempt (connection, I/O, timeout) goes to the
 //!   next candidate while retries are left. `TRYAGAIN`, `CLUSTERDOWN` and
-//!   `LOADING` replies were not run: the next candidate too, unless the
-//!   `LOADING` may be a script's own. `READONLY` and `MASTERDOWN` say
+//!   `LOADING` replies to other commands say they were not run: the next
+//!   candidate too. `READONLY` and `MASTERDOWN` say
 //!   roles changed (a failover): every role is asked again, and a
 //!   `READONLY` to a master command (not a script's) is sent to the
 //!   master found next, the replica passed over. A `ROLE` that says
@@ -50,7 +55,7 @@ pub(super) struct Attempt<'a> {
     /// Retries allowed.
     pub(super) retries: u32,
     /// The command runs a script or function: its own error replies may
-    /// come after it ran (`redis.error_reply('LOADING ...')`).
+    /// come after it ran (`redis.error_reply('TRYAGAIN ...')`).
     pub(super) runs_script: bool,
     /// `debug=true`: the verdict says why, for the debug line.
     pub(super) debug: bool,
@@ -221,7 +226,7 @@ fn standalone_reply(reply: &Reply, master_only: bool, at: &Attempt) -> Verdict {
             verdict.ask_roles = true;
             verdict
         }
-        Retry::Again if retry_left && !may_have_run(kind, at) => {
+        Retry::Again if retry_left && !may_have_run(at) => {
             Verdict::to(Next::Reroute, REPLIED_RETRIED).noted(at, || {
                 format!(
                     "{} replied {text}; retrying on the next candidate",
@@ -245,7 +250,7 @@ fn cluster_reply(reply: &Reply, hops: &Hops, at: &Attempt) -> Verdict {
             None => Verdict::to(Next::Done, &[]),
         },
         Retry::Again if retry_left => {
-            let verdict = if may_have_run(kind, at) {
+            let verdict = if may_have_run(at) {
                 Verdict::to(Next::Done, &[])
             } else {
                 Verdict::to(Next::SameServer, REPLIED_RETRIED)
@@ -290,12 +295,13 @@ fn follow(redirection: Redirection, text: &str, hops: &Hops) -> Verdict {
     }
 }
 
-/// A `LOADING` reply to a script or function may be the script's own
-/// (`redis.error_reply('LOADING ...')`), sent after it ran: retrying it
-/// would run the script again. The server's own `LOADING` comes before
-/// anything runs.
-fn may_have_run(kind: ServerError, at: &Attempt) -> bool {
-    kind == ServerError::Loading && at.runs_script
+/// An error reply to a script or function may be the script's own
+/// (`redis.error_reply('TRYAGAIN ...')`), sent after it ran: retrying it
+/// would run the script again. The server's own `TRYAGAIN`,
+/// `CLUSTERDOWN` or `LOADING` comes before anything runs, but its text
+/// is the same.
+fn may_have_run(at: &Attempt) -> bool {
+    at.runs_script
 }
 
 #[cfg(test)]

@@ -127,6 +127,12 @@ fn moved() -> Next {
         to: at("127.0.0.1:6381"),
     })
 }
+fn ask_to() -> Next {
+    Next::Follow(Redirection::Ask {
+        slot: 3999,
+        to: at("127.0.0.1:6381"),
+    })
+}
 fn too_many() -> Next {
     Next::TooManyRedirections {
         last: MOVED_TEXT.into(),
@@ -138,7 +144,6 @@ fn table() -> Vec<Row> {
     use Next::{PassOver, Reroute, SameServer};
     let readonly_next = format!("{SERVER} replied READONLY; sending to the master found next");
     let skipping = format!("skipping {SERVER}: ROLE says it is a replica, a master is needed");
-    let ask = Next::Follow(Redirection::Ask { slot: 3999, to: at("127.0.0.1:6381") });
     vec![
         // what                                     mode    answer   retries script verdict
         // A connection the task keeps: never retried.
@@ -162,7 +167,9 @@ fn table() -> Vec<Row> {
         ("CLUSTERDOWN: the next candidate",         ANY, CLUSTERDOWN, FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(CLUSTERDOWN, ON_NEXT))),
         ("LOADING, no retry left",                  ANY, LOADING,    SPENT, false, done()),
         ("LOADING to a script may be its own",      ANY, LOADING,    FRESH, true,  done()),
-        ("TRYAGAIN to a script is the server's",    ANY, TRYAGAIN,   FRESH, true,  note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
+        ("TRYAGAIN to a script may be its own",     ANY, TRYAGAIN,   FRESH, true,  done()),
+        ("CLUSTERDOWN to a script may be its own",  ANY, CLUSTERDOWN, FRESH, true, done()),
+        ("a script's failure: the next candidate",  ANY, NO_REPLY,   FRESH, true,  note(to(Reroute, FAILED_RETRIED), &attempt_failed(1, ON_NEXT))),
         ("READONLY to a master command: the master found next",
                                                     MASTER, READONLY, FRESH, false, roles(note(to(PassOver, REPLIED_RETRIED), &readonly_next))),
         ("READONLY to a read: the reply",           ANY, READONLY,   FRESH, false, roles(done())),
@@ -186,7 +193,7 @@ fn table() -> Vec<Row> {
         ("cluster: MOVED uses no retry",            CLUSTER, MOVED_TO, NONE,  false, to(moved(), MOVED)),
         ("cluster: MOVED without a host: the replier's",
                                                     CLUSTER, A::Err("MOVED 3999 :6381"), FRESH, false, to(moved(), MOVED)),
-        ("cluster: ASK",                            CLUSTER, ASK_TO,   FRESH, false, to(ask, ASK)),
+        ("cluster: ASK",                            CLUSTER, ASK_TO,   FRESH, false, to(ask_to(), ASK)),
         ("cluster: MOVED, a hop left",              cluster(false, MAX_HOPS - 1, false, true), MOVED_TO, FRESH, false, to(moved(), MOVED)),
         ("cluster: MOVED past the hop limit: counted, no map read",
                                                     cluster(false, MAX_HOPS, false, false), MOVED_TO, FRESH, false, to(too_many(), MOVED)),
@@ -204,6 +211,12 @@ fn table() -> Vec<Row> {
                                                     IN_MULTI, TRYAGAIN, SPENT, false, done()),
         ("cluster: LOADING to a script may be its own",
                                                     CLUSTER, LOADING,  FRESH, true,  done()),
+        ("cluster: TRYAGAIN to a script may be its own",
+                                                    CLUSTER, TRYAGAIN, FRESH, true,  done()),
+        ("cluster: CLUSTERDOWN to a script may be its own",
+                                                    CLUSTER, CLUSTERDOWN, FRESH, true, done()),
+        ("cluster: MOVED to a script is followed",  CLUSTER, MOVED_TO, FRESH, true,  to(moved(), MOVED)),
+        ("cluster: ASK to a script is followed",    CLUSTER, ASK_TO,   FRESH, true,  to(ask_to(), ASK)),
         ("cluster: the same in a transaction: the reply, its connection closed",
                                                     IN_MULTI, LOADING, FRESH, true,  retire(done())),
         ("cluster: READONLY is the reply, no role asked",
