@@ -31,11 +31,12 @@ pub(super) enum Lease<'a> {
 /// A command's place on a multiplexed connection: what it needs to open
 /// the connection when it is the one to drive and none is open.
 pub(super) struct MuxLease<'a> {
-    server: &'a Server,
+    server: &'a Arc<Server>,
     mux: &'a Multiplexed,
     stats: &'a Stats,
-    /// The end of the whole `execute()`, for connecting.
-    deadline: Option<Instant>,
+    /// The bound of a new connection's handshake and preparation: the
+    /// database's `command_timeout`, not one request's.
+    open_timeout: Option<Duration>,
     /// [ext] The server that gave the last reply (`run_id`).
     identity: Option<Arc<str>>,
 }
@@ -60,7 +61,7 @@ impl Lease<'_> {
                 let (reply, identity) = lease.mux.request(
                     packed,
                     timeout,
-                    lease.deadline,
+                    lease.open_timeout,
                     lease.server,
                     lease.stats,
                 )?;
@@ -201,26 +202,31 @@ impl Database {
     /// prepared (`READONLY`) with the request `timeout`, by `deadline`.
     pub(super) fn lease<'a>(
         &'a self,
-        server: &'a Server,
+        server: &'a Arc<Server>,
         shares: bool,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> Result<Lease<'a>> {
         Ok(match &*server.connections {
-            Connections::Private(access) => Lease::Private(access.get(server, deadline, timeout)?),
+            Connections::Private(access) => {
+                Lease::Private(access.get(&**server, deadline, timeout)?)
+            }
             Connections::Pooled(pool) => {
-                Lease::Shared(pool.get(&self.stats, server, deadline, timeout)?)
+                Lease::Shared(pool.get(&self.stats, &**server, deadline, timeout)?)
             }
             Connections::Pipelined(pipelined) if shares => Lease::Multiplexed(MuxLease {
                 server,
                 mux: pipelined.multiplexed(rotation()),
                 stats: &self.stats,
-                deadline,
+                open_timeout: self.config.command_timeout,
                 identity: None,
             }),
-            Connections::Pipelined(pipelined) => {
-                Lease::Shared(pipelined.pool.get(&self.stats, server, deadline, timeout)?)
-            }
+            Connections::Pipelined(pipelined) => Lease::Shared(pipelined.pool.get(
+                &self.stats,
+                &**server,
+                deadline,
+                timeout,
+            )?),
         })
     }
 }

@@ -11,6 +11,9 @@
 //!   `redis.error_reply('TRYAGAIN ...')` cannot be told from the
 //!   server's by its text, and may come after its writes. The C VMOD
 //!   runs such a script once.
+//! - A failed attempt is retried only for a failure of its own exchange
+//!   (connection, I/O, its timeout): not for a reply that broke the
+//!   protocol, which the server sent after it ran the command.
 //! - Standalone: a failed attempt (connection, I/O, timeout) goes to the
 //!   next candidate while retries are left. `TRYAGAIN`, `CLUSTERDOWN` and
 //!   `LOADING` replies to other commands say they were not run: the next
@@ -30,6 +33,7 @@
 //! - Anything else is the command's reply.
 use crate::cluster::{redirection, Redirection};
 use crate::config::Location;
+use crate::connection::Failure;
 use crate::error::{Error, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::stats::Counter;
@@ -189,9 +193,20 @@ pub(super) fn decide(answer: &Answer, at: &Attempt) -> Verdict {
     }
 }
 
-/// An attempt that got no reply: retried while retries are left.
+/// An attempt that got no reply: retried while retries are left, for a
+/// failure of its own exchange (its timeout, an I/O error), not for a
+/// reply that broke the protocol: the server answered, so it ran the
+/// command (and on a pipelined connection, whose replies came out of
+/// step, the fault may be another request's).
 fn failed(err: &Error, at: &Attempt, retrying: &str) -> Verdict {
-    if at.failed >= at.retries {
+    let answered = matches!(
+        err,
+        Error::Io {
+            source: Failure::Protocol(_),
+            ..
+        }
+    );
+    if at.failed >= at.retries || answered {
         return Verdict::to(Next::GiveUp, FAILED);
     }
     Verdict::to(Next::Reroute, FAILED_RETRIED).noted(at, || {

@@ -55,6 +55,12 @@ impl Waiter {
         self.deadline.is_some_and(|due| due <= Instant::now())
     }
 
+    /// Whether it still waits for its reply at `now`: not abandoned, its
+    /// deadline not passed.
+    pub(super) fn live_at(&self, now: Instant) -> bool {
+        !self.abandoned() && !self.deadline.is_some_and(|due| due <= now)
+    }
+
     /// Keeps a reply, not visible to the worker until released.
     pub(super) fn hold(&self, reply: Reply, identity: Option<&Arc<str>>) {
         if !self.abandoned() {

@@ -51,6 +51,9 @@ enum A {
     NotAMaster,
     /// No reply: a timeout.
     Failed,
+    /// A reply that broke the protocol (out of step on a pipelined
+    /// connection, malformed).
+    Broken,
     MultiRefused,
 }
 
@@ -64,6 +67,7 @@ const MOVED_TEXT: &str = "MOVED 3999 127.0.0.1:6381";
 const MOVED_TO: A = A::Err(MOVED_TEXT);
 const ASK_TO: A = A::Err("ASK 3999 127.0.0.1:6381");
 const NO_REPLY: A = A::Failed;
+const BROKEN: A = A::Broken;
 
 /// Retries used and allowed.
 const FRESH: (u32, u32) = (0, 2);
@@ -162,6 +166,8 @@ fn table() -> Vec<Row> {
         ("a failure: numbered by retries used",     ANY, NO_REPLY,    (1, 2), false, note(to(Reroute, FAILED_RETRIED), &attempt_failed(2, ON_NEXT))),
         ("a failure, no retry left",                ANY, NO_REPLY,    SPENT, false, give_up()),
         ("a failure, no retries",                   ANY, NO_REPLY,    NONE,  false, give_up()),
+        ("a reply that broke the protocol ran: not retried",
+                                                    ANY, BROKEN,      FRESH, false, give_up()),
         ("LOADING: the next candidate",             ANY, LOADING,    FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(LOADING, ON_NEXT))),
         ("TRYAGAIN: the next candidate",            ANY, TRYAGAIN,   FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
         ("CLUSTERDOWN: the next candidate",         ANY, CLUSTERDOWN, FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(CLUSTERDOWN, ON_NEXT))),
@@ -187,6 +193,8 @@ fn table() -> Vec<Row> {
                                                     CLUSTER, NO_REPLY, SPENT, false, refresh(give_up())),
         ("cluster: the same, the map read already", REFRESHED, NO_REPLY, SPENT, false, give_up()),
         ("cluster: a refused MULTI",                CLUSTER, A::MultiRefused, FRESH, false, give_up()),
+        ("cluster: a reply that broke the protocol: not retried, the map read",
+                                                    CLUSTER, BROKEN,  FRESH, false, refresh(give_up())),
         ("cluster: MOVED where the map says",       CLUSTER, MOVED_TO, FRESH, false, to(moved(), MOVED)),
         ("cluster: MOVED the map does not agree with", DISAGREES, MOVED_TO, FRESH, false, refresh(to(moved(), MOVED))),
         ("cluster: MOVED, the map read already",    cluster(false, 0, true, false), MOVED_TO, FRESH, false, to(moved(), MOVED)),
@@ -236,6 +244,12 @@ fn judge(
         server: SERVER.into(),
         timeout_ms: 100,
     };
+    let broken = Error::Io {
+        server: SERVER.into(),
+        source: crate::connection::Failure::Protocol(
+            crate::protocol::resp::ProtocolError::Malformed("replies out of step"),
+        ),
+    };
     let refused = Error::MultiRefused {
         server: SERVER.into(),
         reply: "ERR".into(),
@@ -270,6 +284,7 @@ fn judge(
         }
         A::NotAMaster => Answer::NotAMaster,
         A::Failed => Answer::Failed(&timeout),
+        A::Broken => Answer::Failed(&broken),
         A::MultiRefused => Answer::Failed(&refused),
     };
     let server: Location = SERVER.parse().unwrap();
@@ -308,7 +323,7 @@ fn without_debug_the_same_verdict_with_no_line() {
 fn a_verdict_fits_its_answer() {
     for (what, mode, answer, left, script, _) in table() {
         let verdict = judge(mode, answer, left, script, false);
-        let failed = matches!(answer, A::Failed | A::MultiRefused);
+        let failed = matches!(answer, A::Failed | A::Broken | A::MultiRefused);
         match verdict.next {
             Next::Done => assert!(matches!(answer, A::Ok | A::Err(_)), "{what}"),
             Next::GiveUp => assert!(failed, "{what}"),
