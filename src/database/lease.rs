@@ -35,7 +35,9 @@ pub(super) struct MuxLease<'a> {
     mux: &'a Multiplexed,
     stats: &'a Stats,
     /// The bound of a new connection's handshake and preparation: the
-    /// database's `command_timeout`, not one request's.
+    /// database's `command_timeout` (`connection_timeout` when that is
+    /// 0), not one request's: a silent server never holds the opening
+    /// for good while commands have timeouts of their own.
     open_timeout: Option<Duration>,
     /// [ext] The server that gave the last reply (`run_id`).
     identity: Option<Arc<str>>,
@@ -218,7 +220,10 @@ impl Database {
                 server,
                 mux: pipelined.multiplexed(rotation()),
                 stats: &self.stats,
-                open_timeout: self.config.command_timeout,
+                open_timeout: self
+                    .config
+                    .command_timeout
+                    .or(self.config.connection_timeout),
                 identity: None,
             }),
             Connections::Pipelined(pipelined) => Lease::Shared(pipelined.pool.get(

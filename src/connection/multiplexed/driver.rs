@@ -127,6 +127,11 @@ impl Multiplexed {
                             .prepare(conn, checkout.timeout, None)
                             .map_err(|err| self.fail_queued(mine, err));
                     }
+                    // A server in its reconnect spacing fails at once,
+                    // with no thread started.
+                    if let Err(err) = manager.may_open() {
+                        return Err(self.fail_queued(mine, err));
+                    }
                     let opening = Opening::start(manager, checkout.open_timeout);
                     self.state.lock().opening = Some(opening);
                 }
