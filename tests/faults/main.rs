@@ -161,6 +161,21 @@
 //!   write counts as acknowledged once a poll of the replica (every
 //!   10 ms) saw it: the bound is on how much staler than the replica a
 //!   read is.
+//! * `s13.near-cache-expiry.{replica,paused}.{private,shared,pipelined}`
+//!   and `s13.near-cache-staleness.expiring-{replica,paused}.shared`
+//!   (`staleness_expiry.rs`): keys that expire where no invalidation
+//!   follows, read through a proxy of `proxy.rs` that holds each `PTTL`.
+//!   `.replica`: reads with `execute(false)` from a replica whose master
+//!   has active expiry off (no `DEL` comes); `.paused`: a master under
+//!   `CLIENT PAUSE WRITE`. `s13.near-cache-expiry.*`: a key with a 1 s TTL
+//!   is read twice (the second read fills), its `PTTL` held 2 s, past the
+//!   expiry (-2, checked on the server): the next read is the server's
+//!   nil, not a hit, and one invalidation is counted. `.expiring-*`: the
+//!   load and checks of s13, 10 s, every write (direct) with a TTL of
+//!   50-500 ms, each `PTTL` held 30 ms, the paused master paused 1.5 s
+//!   every 2.5 s from 1 s on; besides, no read that began more than 5 ms
+//!   past the latest its value can have expired (its write's end plus
+//!   its TTL; `FAULTS_EXPIRY_MS`) returns it.
 //! * `s14.ask-storm.{private,shared}` (`ask_storm.rs`): a fake cluster
 //!   node owns every slot and answers each `GET` with an `ASK` to a new
 //!   address (200 fake nodes that answer as an empty Redis, tracking
@@ -206,7 +221,9 @@
 //!   --lib` is run once, as in `tests/vtc/`.
 //! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
-//! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s11`.
+//! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s13`.
+//! * `FAULTS_EXPIRY_MS` (default 5): how late past its expiry `s13` may
+//!   read an expiring value.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 //! * `PATH`: varnishd, varnishadm, varnishstat and varnishlog are the first
 //!   found there, the module is built against the Varnish pkg-config finds:
@@ -243,6 +260,7 @@ mod setup;
 mod soak;
 mod staleness;
 mod staleness_cluster;
+mod staleness_expiry;
 mod staleness_history;
 mod staleness_links;
 mod staleness_topologies;
@@ -275,6 +293,7 @@ use setup::*;
 use soak::*;
 use staleness::*;
 use staleness_cluster::*;
+use staleness_expiry::*;
 use staleness_links::*;
 use staleness_topologies::*;
 use std::collections::HashMap;
@@ -409,6 +428,21 @@ fn main() {
         "s13.near-cache-staleness.replica-lag.shared",
         || s13_near_cache_staleness_lagging(Mode::Shared, Lagging::Listed),
     ));
+    for undeleted in [Undeleted::Replica, Undeleted::PausedMaster] {
+        for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+            trials.push(Trial::test(
+                format!("s13.near-cache-expiry.{}.{}", undeleted.name(), mode.name()),
+                move || s13_near_cache_expiry(mode, undeleted),
+            ));
+        }
+        trials.push(Trial::test(
+            format!(
+                "s13.near-cache-staleness.expiring-{}.shared",
+                undeleted.name()
+            ),
+            move || s13_near_cache_staleness_expiring(Mode::Shared, undeleted),
+        ));
+    }
     for mode in [Mode::Private, Mode::Shared] {
         trials.push(Trial::test(
             format!("s14.ask-storm.{}", mode.name()),
