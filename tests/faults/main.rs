@@ -192,8 +192,12 @@
 //!   child's threads within 10 and fds within 20 of before, under 150
 //!   connects a second to the dead nodes over the last 4 s, the seed's
 //!   keys answered, no read past `command_bound`. Says the connects a
-//!   second (each second, whole run, last 4 s) and the `AUTH`s the dead
-//!   nodes read.
+//!   second (each second, whole run, last 4 s, and by 5 s windows: all,
+//!   tracking ones (`HELLO 3`), the database's `connections.*` and
+//!   discoveries) and the `AUTH`s the dead nodes read.
+//!   `FAULTS_DEAD_NODES_SECS=65` runs it longer: from 45 s on it also
+//!   checks the last 20 s against the three back-offs' bounds (tracking
+//!   at most 40/s, all at most 56/s).
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
