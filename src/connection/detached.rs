@@ -17,6 +17,12 @@ pub(crate) fn set_before_first_thread(hook: fn()) {
     let _ = BEFORE_FIRST_THREAD.set(hook);
 }
 
+/// The stack of a detached thread: a name lookup (glibc's resolver) or a
+/// TLS connect and handshake fit in far less (a debug build's TLS connect
+/// takes about 40 KiB), and there may be one per pipelined connection
+/// being opened.
+const STACK_SIZE: usize = 512 * 1024;
+
 /// Starts `work` on a thread of its own, named `name`, not joined. On
 /// failure `work` is dropped unrun.
 pub(crate) fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
@@ -26,6 +32,7 @@ pub(crate) fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> io::Res
     }
     std::thread::Builder::new()
         .name(name.into())
+        .stack_size(STACK_SIZE)
         .spawn(work)
         .map(drop)
 }

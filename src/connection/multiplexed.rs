@@ -171,7 +171,10 @@ impl Multiplexed {
                         return self.drive(waiter, stats, checkout);
                     }
                     waiter.abandon();
-                    return Err(RequestError::Collateral(Failure::Timeout));
+                    return Err(match waiter.late_only(state.replies) {
+                        true => RequestError::Late(Failure::Timeout),
+                        false => RequestError::Collateral(Failure::Timeout),
+                    });
                 }
             }
         }

@@ -37,7 +37,9 @@ pub(super) struct MuxLease<'a> {
     /// The bound of a new connection's handshake and preparation: the
     /// database's `command_timeout` (`connection_timeout` when that is
     /// 0), not one request's: a silent server never holds the opening
-    /// for good while commands have timeouts of their own.
+    /// for good while commands have timeouts of their own. With both 0,
+    /// the timeout of the command that needs it (none: no bound, as for
+    /// the command itself).
     open_timeout: Option<Duration>,
     /// [ext] The server that gave the last reply (`run_id`).
     identity: Option<Arc<str>>,
@@ -223,7 +225,8 @@ impl Database {
                 open_timeout: self
                     .config
                     .command_timeout
-                    .or(self.config.connection_timeout),
+                    .or(self.config.connection_timeout)
+                    .or(timeout),
                 identity: None,
             }),
             Connections::Pipelined(pipelined) => Lease::Shared(pipelined.pool.get(

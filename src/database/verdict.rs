@@ -33,7 +33,6 @@
 //! - Anything else is the command's reply.
 use crate::cluster::{redirection, Redirection};
 use crate::config::Location;
-use crate::connection::Failure;
 use crate::error::{Error, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::stats::Counter;
@@ -199,14 +198,7 @@ pub(super) fn decide(answer: &Answer, at: &Attempt) -> Verdict {
 /// command (and on a pipelined connection, whose replies came out of
 /// step, the fault may be another request's).
 fn failed(err: &Error, at: &Attempt, retrying: &str) -> Verdict {
-    let answered = matches!(
-        err,
-        Error::Io {
-            source: Failure::Protocol(_),
-            ..
-        }
-    );
-    if at.failed >= at.retries || answered {
+    if at.failed >= at.retries || matches!(err, Error::Unsettled { .. }) {
         return Verdict::to(Next::GiveUp, FAILED);
     }
     Verdict::to(Next::Reroute, FAILED_RETRIED).noted(at, || {

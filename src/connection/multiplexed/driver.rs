@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::fence::FenceToken;
-use super::opening::{Opened, Opening};
+use super::opening::{Landed, Opened, Opening};
 use super::state::{Read, State};
 use super::waiter::Waiter;
 use super::Multiplexed;
@@ -38,7 +38,7 @@ enum Found<E> {
     Idle(Option<Connection>),
     /// An opening is under way.
     Opening,
-    Opened(Opened<E>),
+    Opened(Landed<E>),
 }
 
 impl Multiplexed {
@@ -123,9 +123,7 @@ impl Multiplexed {
                     if let Some(conn) = idle.and_then(|mut conn| {
                         manager.is_usable(&mut conn, Instant::now()).then_some(conn)
                     }) {
-                        return manager
-                            .prepare(conn, checkout.timeout, None)
-                            .map_err(|err| self.fail_queued(mine, err));
+                        return self.prepare_idle(&**manager, conn, checkout.timeout);
                     }
                     // A server in its reconnect spacing fails at once,
                     // with no thread started.
@@ -146,25 +144,51 @@ impl Multiplexed {
                         ),
                     }
                 }
-                Found::Opened(Opened::Connected(mut conn)) => {
-                    // It may have waited, opened, for a driver.
-                    if manager.is_usable(&mut conn, Instant::now()) {
-                        let mut state = self.state.lock();
-                        *self.prepared.lock() = conn.prepared().clone();
-                        state.identity = conn.prepared().identity().cloned();
-                        return Ok(conn);
+                Found::Opened(Landed { opened, orphan }) => match opened {
+                    // Just opened for the requests waiting: theirs, though
+                    // one of them timed out meanwhile. One that waited
+                    // with nobody driving is checked as an idle one.
+                    Opened::Connected(mut conn) => {
+                        if !orphan || manager.is_usable(&mut conn, Instant::now()) {
+                            let mut state = self.state.lock();
+                            *self.prepared.lock() = conn.prepared().clone();
+                            state.identity = conn.prepared().identity().cloned();
+                            return Ok(conn);
+                        }
                     }
-                }
-                Found::Opened(Opened::Failed(err)) => return Err(self.fail_queued(mine, err)),
-                Found::Opened(Opened::Lost) => {
-                    let lost = || io::Error::other("opening the connection failed (no thread)");
-                    let mut state = self.state.lock();
-                    fail_unsent(&mut state, mine, &lost().to_string());
-                    self.pass_driving(&mut state, None);
-                    return Err(RequestError::Failed(Failure::Io(lost())));
-                }
+                    // Of another time: this request opens its own.
+                    Opened::Failed(_) if orphan => {}
+                    Opened::Failed(err) => return Err(self.fail_queued(mine, err)),
+                    Opened::Lost => {
+                        let lost = || io::Error::other("opening the connection failed (no thread)");
+                        let mut state = self.state.lock();
+                        fail_unsent(&mut state, mine, &lost().to_string());
+                        self.pass_driving(&mut state, None);
+                        return Err(RequestError::Failed(Failure::Io(lost())));
+                    }
+                },
             }
         }
+    }
+
+    /// The idle connection, prepared (nothing is sent on one prepared
+    /// already; `READONLY` once a cluster master became a replica) within
+    /// this request's `timeout`: a failure (the connection is dropped)
+    /// costs this request alone, the next driver opens a new one.
+    fn prepare_idle<M>(
+        &self,
+        manager: &M,
+        conn: Connection,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, RequestError<M::Error>>
+    where
+        M: ManageConnection,
+    {
+        manager.prepare(conn, timeout, None).map_err(|err| {
+            let mut state = self.state.lock();
+            self.pass_driving(&mut state, None);
+            RequestError::Connect(err)
+        })
     }
 
     /// No connection for the requests queued: they fail with `err` (the
@@ -180,11 +204,14 @@ impl Multiplexed {
     /// This driver's deadline passed while the connection is being
     /// opened: the next worker waiting takes the driving, and waits for
     /// the opening in turn (if none, the next to come).
-    fn leave_opening<E>(&self, mine: &Arc<Waiter>) -> RequestError<E> {
+    fn leave_opening<E: Send + 'static>(&self, mine: &Arc<Waiter>) -> RequestError<E> {
         let mut state = self.state.lock();
         mine.abandon();
+        if let Some(opening) = state.opening.as_ref().and_then(Opening::<E>::of) {
+            opening.leave();
+        }
         self.pass_driving(&mut state, None);
-        RequestError::Collateral(Failure::Timeout)
+        RequestError::Late(Failure::Timeout)
     }
 
     /// Writes the requests queued so far, a fence after them (nothing if
@@ -224,8 +251,12 @@ impl Multiplexed {
         mine: &Arc<Waiter>,
     ) -> RequestError<E> {
         mine.abandon();
+        let late = mine.late_only(state.replies);
         if self.pass_driving(state, Some(conn)) {
-            RequestError::Collateral(Failure::Timeout)
+            match late {
+                true => RequestError::Late(Failure::Timeout),
+                false => RequestError::Collateral(Failure::Timeout),
+            }
         } else {
             // Nobody else waits: the connection, which still owes this
             // reply, was closed.

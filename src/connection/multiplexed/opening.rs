@@ -23,9 +23,18 @@ pub(super) struct Opening<E> {
 
 struct Progress<E> {
     /// `None` while opening.
-    result: Option<Opened<E>>,
-    /// The worker to wake when it ends: the one driving now.
+    result: Option<Landed<E>>,
+    /// The worker to wake when it ends: the one driving now (none: the
+    /// last one left at its deadline, and nobody waits).
     driver: Option<Thread>,
+}
+
+/// How an opening ended, and whether a driver was waiting for it then.
+pub(super) struct Landed<E> {
+    pub(super) opened: Opened<E>,
+    /// Nobody was: a connection may have aged since, a failure is of
+    /// another time than the request that finds it.
+    pub(super) orphan: bool,
 }
 
 /// How an opening ended.
@@ -79,13 +88,19 @@ impl<E: Send + 'static> Opening<E> {
 
     /// How it ended, if it has; else the calling worker, now driving, is
     /// woken when it ends.
-    pub(super) fn poll(&self) -> Option<Opened<E>> {
+    pub(super) fn poll(&self) -> Option<Landed<E>> {
         let mut progress = self.progress.lock();
         let result = progress.result.take();
         if result.is_none() {
             progress.driver = Some(thread::current());
         }
         result
+    }
+
+    /// The worker driving leaves (its deadline passed): none is woken
+    /// until another polls.
+    pub(super) fn leave(&self) {
+        self.progress.lock().driver = None;
     }
 }
 
@@ -105,8 +120,12 @@ impl<E> Landing<E> {
     fn end(&self, opened: Opened<E>) {
         let driver = {
             let mut progress = self.opening.progress.lock();
-            progress.result = Some(opened);
-            progress.driver.take()
+            let driver = progress.driver.take();
+            progress.result = Some(Landed {
+                opened,
+                orphan: driver.is_none(),
+            });
+            driver
         };
         if let Some(driver) = driver {
             driver.unpark();

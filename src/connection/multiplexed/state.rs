@@ -65,6 +65,10 @@ pub(super) struct State {
     /// A connection being opened, or opened and not yet taken by a
     /// driver (`opening.rs`); `conn` is `None` meanwhile.
     pub(super) opening: Option<Pending>,
+    /// Replies (fences too) read on this multiplexer's connections: a
+    /// request that times out while they kept coming was not failed by
+    /// the server ([`Waiter::late_only`]).
+    pub(super) replies: u64,
 }
 
 pub(super) enum InFlight {
@@ -129,11 +133,12 @@ impl State {
         stats.inc(Counter::PipelineBatches);
         stats.add(Counter::PipelineCommands, waiters.len() as u64);
         stats.inc(Counter::batch_size(waiters.len()));
-        self.in_flight.extend(
-            waiters
-                .into_iter()
-                .map(|(waiter, _)| InFlight::Request(waiter)),
-        );
+        let replies = self.replies;
+        self.in_flight
+            .extend(waiters.into_iter().map(|(waiter, _)| {
+                waiter.set_written(replies);
+                InFlight::Request(waiter)
+            }));
         let fence = self.fences.next();
         self.in_flight.push_back(InFlight::Fence(fence));
         fence.pack_into(&mut batch);
@@ -167,6 +172,7 @@ impl State {
         mine: &Arc<Waiter>,
         released: &mut Vec<Arc<Waiter>>,
     ) -> Result<bool, Failure> {
+        self.replies += 1;
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
                 Some(InFlight::Request(waiter)) => {

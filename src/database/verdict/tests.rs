@@ -244,7 +244,7 @@ fn judge(
         server: SERVER.into(),
         timeout_ms: 100,
     };
-    let broken = Error::Io {
+    let broken = Error::Unsettled {
         server: SERVER.into(),
         source: crate::connection::Failure::Protocol(
             crate::protocol::resp::ProtocolError::Malformed("replies out of step"),
