@@ -198,6 +198,20 @@
 //!   `FAULTS_DEAD_NODES_SECS=65` runs it longer: from 45 s on it also
 //!   checks the last 20 s against the three back-offs' bounds (tracking
 //!   at most 40/s, all at most 56/s).
+//! * `s16.pipelining-deadlines.{plain,tls}` (`pipelining_deadlines.rs`,
+//!   issue #40, items 2 and 3): `pipelining=true` on 2 connections,
+//!   `connection_ttl` 1 s, `command_timeout` 2000 ms, 1 retry, Redis
+//!   reached on its plain or its TLS port; for 30 s, 24 clients `INCR` a
+//!   key of their own per request while 12 send PINGs with a `.timeout()`
+//!   of 1, 2 or 3 ms: every `INCR` replied, every key at 1 on the server
+//!   (no write ran twice) and one key per `INCR` sent, every request
+//!   within the `command_bound` of its own timeout + 200 ms, connections
+//!   opened again and again under load (every PING that times out makes
+//!   the server sick, and its idle connection is dropped: more often than
+//!   the TTL), some PINGs timed out, counters reconcile, no leak. Says
+//!   the PINGs' outcomes per timeout and any `INCR` that failed or ran
+//!   twice. Skipped by `scripts/test --varnish 8.0` (the multiplexer is
+//!   plain Rust).
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -215,10 +229,11 @@
 //! # The VCL
 //! One database object per trial (two in the churn), driven by URL:
 //! `/<db>/set/<key>`, `/<db>/get/<key>`, `/<db>/eval/<key>` run one command,
-//! `/<db>/mix/<key>` runs SET, GET and EVAL; `/<db>/stats` returns the
-//! counters as `x-c-<name>` headers (dots as dashes) and the JSON as body;
-//! `/ping` does not touch Redis. `x-r` lists each command's outcome: `1`
-//! reply, `e` error reply, `0` no reply (the fallback).
+//! `/<db>/mix/<key>` runs SET, GET and EVAL, `/<db>/incr/<key>` an INCR,
+//! `/<db>/ping-within/<ms>` a PING with `.timeout(<ms>)`; `/<db>/stats`
+//! returns the counters as `x-c-<name>` headers (dots as dashes) and the
+//! JSON as body; `/ping` does not touch Redis. `x-r` lists each command's
+//! outcome: `1` reply, `e` error reply, `0` no reply (the fallback).
 //!
 //! # Environment
 //! * `VMOD_REDIS_SO`: use this .so as is (no build); otherwise `cargo build
@@ -246,6 +261,7 @@ mod freeze;
 mod http;
 mod kill_restart;
 mod load;
+mod pipelining_deadlines;
 mod pool_exhaustion;
 mod procs;
 mod proxy;
@@ -270,6 +286,12 @@ mod staleness_links;
 mod staleness_topologies;
 #[path = "../support/mod.rs"]
 mod support;
+#[allow(
+    dead_code,
+    reason = "the suite uses the CA and the server certificate only"
+)]
+#[path = "../support/tls_material.rs"]
+mod tls_material;
 mod varnish;
 mod vcl;
 mod vcl_churn;
@@ -286,6 +308,7 @@ use http::*;
 use kill_restart::*;
 use libtest_mimic::{Arguments, Failed, Trial};
 use load::*;
+use pipelining_deadlines::*;
 use pool_exhaustion::*;
 use procs::*;
 use redis::*;
@@ -313,7 +336,7 @@ use std::time::{Duration, Instant};
 use support::{
     cleanup_all, find_cache_child, info_field, make_dir, proc_status, redis_cmd, register_pid,
     signal, stop_child, tail_file, unregister_pid, write_public, RedisConfig, RedisConn,
-    RedisServer, Res, Varnishd, Waited,
+    RedisServer, Res, TlsPort, Varnishd, Waited,
 };
 use varnish::*;
 use vcl::*;
@@ -457,6 +480,15 @@ fn main() {
         trials.push(Trial::test(
             format!("s15.dead-nodes.{}", mode.name()),
             move || s15_dead_nodes(mode),
+        ));
+    }
+    for tls in [false, true] {
+        trials.push(Trial::test(
+            format!(
+                "s16.pipelining-deadlines.{}",
+                if tls { "tls" } else { "plain" }
+            ),
+            move || s16_pipelining_deadlines(tls),
         ));
     }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));
