@@ -16,6 +16,11 @@ pub enum Error {
     PoolTimeout(#[from] PoolTimeout),
     #[error("I/O error on {server}: {source}")]
     Io { server: String, source: Failure },
+    /// The command's own request got a reply that broke the protocol
+    /// (malformed, or out of step on a pipelined connection): the server
+    /// answered, so it ran the command, which is not retried.
+    #[error("I/O error on {server}: {source}")]
+    Unsettled { server: String, source: Failure },
     #[error("timeout after {timeout_ms} ms waiting for {server}")]
     Timeout { server: String, timeout_ms: u128 },
     #[error(

@@ -94,4 +94,10 @@ pub enum RequestError<E> {
     /// wait ended at its deadline, or another worker's read failed (and
     /// counted the drop).
     Collateral(Failure),
+    /// Its deadline passed while the server was not at fault (a
+    /// multiplexed connection): before it was written (queued, or behind
+    /// an opening), or while replies to the requests written before it
+    /// kept coming. It says nothing of the server's health: the server
+    /// is not marked sick for it, and the connection is kept.
+    Late(Failure),
 }

@@ -4,27 +4,15 @@
 //! - at most one lookup per host name is in flight: a worker that finds one
 //!   running waits for it (within its own deadline) instead of starting
 //!   another, so a dead DNS server cannot pile up a thread per attempt;
-//! - before the first thread starts, the hook set by the FFI layer pins our
-//!   shared object in memory, so that a lookup outliving its VCL (and the
-//!   `dlclose` after `vcl.discard`) never returns into unmapped code.
+//! - the thread is a detached one (`detached.rs`): a lookup outliving its
+//!   VCL never returns into unmapped code.
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use super::Limit;
-
-/// What runs once before the first lookup thread starts (the FFI layer's
-/// pinning of the .so); unset in unit tests.
-static BEFORE_FIRST_THREAD: OnceLock<fn()> = OnceLock::new();
-
-/// Sets the hook run before the first lookup thread starts (once per
-/// process; later calls are ignored). Only the FFI layer sets it.
-#[cfg(not(test))]
-pub(crate) fn set_before_first_thread(hook: fn()) {
-    let _ = BEFORE_FIRST_THREAD.set(hook);
-}
+use super::{detached, Limit};
 
 /// A lookup's outcome, shared by every worker waiting for it.
 type Outcome = Result<Vec<SocketAddr>, (io::ErrorKind, String)>;
@@ -78,26 +66,16 @@ pub(super) fn lookup_with(
             // No bound: the worker may block as long as the lookup does.
             landing.land(work(host));
         } else {
-            pin_before_first_thread();
-            let spawned = std::thread::Builder::new()
-                .name("vredis-lookup".into())
-                .spawn(move || {
-                    let outcome = work(&landing.host);
-                    landing.land(outcome);
-                });
+            let spawned = detached::spawn("vredis-lookup", move || {
+                let outcome = work(&landing.host);
+                landing.land(outcome);
+            });
             // On failure the closure, and so the landing, is dropped: the
             // flight ends with an error.
             spawned?;
         }
     }
     flight.wait(limit)
-}
-
-fn pin_before_first_thread() {
-    static PINNED: Once = Once::new();
-    if let Some(pin) = BEFORE_FIRST_THREAD.get() {
-        PINNED.call_once(pin);
-    }
 }
 
 impl Flight {

@@ -22,6 +22,13 @@ pub trait ManageConnection {
         timeout: Option<Duration>,
     ) -> Result<Connection, Self::Error>;
 
+    /// Fails at once, with the error a connect would give, when no
+    /// connection may be opened now (the reconnect spacing after a
+    /// failure): checked before a thread is started to open one.
+    fn may_open(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// Whether an idle connection may take commands again at `now` (not
     /// too old, not from before a failure of its server, not closed by
     /// the server meanwhile). One that may not is dropped.

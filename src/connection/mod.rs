@@ -24,9 +24,10 @@
 //! from them; nothing here reads it, and the pools pass on, as it is,
 //! whatever error their manager gives.
 mod connector;
+pub(crate) mod detached;
 mod error;
 mod gate;
-pub(crate) mod lookup;
+mod lookup;
 mod manage;
 mod modes;
 pub(crate) mod multiplexed;

@@ -19,15 +19,20 @@
 //! worker stops at its deadline and marks its request abandoned; a driver
 //! that reaches its own deadline passes the driving to the oldest worker
 //! still waiting; when nobody is left waiting while replies are owed, the
-//! connection is closed. A fence that comes back wrong, or a failed read
-//! or write, fails every request written on the connection at once;
-//! requests queued and not written yet go to a new connection.
+//! connection is closed. A request whose deadline passed before it was
+//! written is not written at all, and a batch's write is bounded by the
+//! last deadline of the live requests on the connection. A fence that
+//! comes back wrong, or a failed read or write, fails every request
+//! written on the connection at once (one that broke the protocol is not
+//! retried: the commands ran); requests queued and not written yet go to
+//! a new connection. That one is opened on a thread of its own, within
+//! the connection's bounds, not the driving worker's deadline.
 //!
 //! The parts: [`fence`] (the token after each batch), [`waiter`] (one
 //! worker's request and how it is woken), [`state`] (what the workers
 //! share, and the rule that keeps every reply with its request),
-//! [`driver`] (writing, reading, deadlines, passing the driving on).
-use std::fmt;
+//! [`driver`] (writing, reading, deadlines, passing the driving on),
+//! [`opening`] (a new connection, opened apart from any request).
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,8 +48,12 @@ use waiter::Waiter;
 
 mod driver;
 mod fence;
+mod opening;
 mod state;
 mod waiter;
+
+/// A reply, and the identity of the server that gave it.
+pub(crate) type Identified = (Reply, Option<Arc<str>>);
 
 /// One connection shared by many workers, and the requests on it.
 #[derive(Default)]
@@ -85,23 +94,29 @@ impl Multiplexed {
     /// Sends one packed request and waits for its reply for `timeout`
     /// (none: as long as it takes). The worker that drives while nothing is
     /// in flight has `manager` check out the connection: the idle one if
-    /// still usable, else a new one opened by `open_by`; prepared.
+    /// still usable, else a new one opened on a thread of its own, its
+    /// handshake and preparation within `open_timeout` (the connection's,
+    /// not this request's: `opening.rs`).
     ///
     /// With the reply, the identity of the server that answered (the
     /// `run_id` its connection found, [ext] `near_cache`).
-    pub(crate) fn request<E: fmt::Display>(
+    pub(crate) fn request<M>(
         &self,
         packed: &[u8],
         timeout: Option<Duration>,
-        open_by: Option<Instant>,
-        manager: &dyn ManageConnection<Error = E>,
+        open_timeout: Option<Duration>,
+        manager: &Arc<M>,
         stats: &Stats,
-    ) -> Result<(Reply, Option<Arc<str>>), RequestError<E>> {
+    ) -> Result<Identified, RequestError<M::Error>>
+    where
+        M: ManageConnection + Send + Sync + 'static,
+        M::Error: Send + 'static,
+    {
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         let checkout = Checkout {
             manager,
-            open_by,
             timeout,
+            open_timeout,
         };
         let waiter = Waiter::new(deadline);
         let reply = self.exchange(packed, &waiter, stats, &checkout)?;
@@ -110,13 +125,17 @@ impl Multiplexed {
     }
 
     /// Queues `packed` for `waiter`, then waits for its reply or drives.
-    fn exchange<E: fmt::Display>(
+    fn exchange<M>(
         &self,
         packed: &[u8],
         waiter: &Arc<Waiter>,
         stats: &Stats,
-        checkout: &Checkout<'_, E>,
-    ) -> Result<Reply, RequestError<E>> {
+        checkout: &Checkout<'_, M>,
+    ) -> Result<Reply, RequestError<M::Error>>
+    where
+        M: ManageConnection + Send + Sync + 'static,
+        M::Error: Send + 'static,
+    {
         let deadline = waiter.deadline;
         {
             let mut state = self.state.lock();
@@ -152,7 +171,10 @@ impl Multiplexed {
                         return self.drive(waiter, stats, checkout);
                     }
                     waiter.abandon();
-                    return Err(RequestError::Collateral(Failure::Timeout));
+                    return Err(match waiter.late_only(state.replies) {
+                        true => RequestError::Late(Failure::Timeout),
+                        false => RequestError::Collateral(Failure::Timeout),
+                    });
                 }
             }
         }

@@ -194,13 +194,13 @@ fn a_tls_reply_trickled_a_byte_at_a_time_ends_at_the_command_timeout() {
 
     let mux = Multiplexed::default();
     let started = Instant::now();
-    let once = Opener(|| {
+    let once = Arc::new(Opener(move || {
         piped.lock().take().ok_or(ConnectError {
             server: "test".into(),
             detail: "connected once only".into(),
             failure: OpenFailure::Unreachable,
         })
-    });
+    }));
     let result = mux
         .request(&get, Some(timeout), None, &once, &stats)
         .map(|(reply, _)| reply);

@@ -205,7 +205,7 @@ impl Database {
     fn cluster_attempt<'a>(
         &'a self,
         x: &mut Execution,
-        server: &'a Server,
+        server: &'a Arc<Server>,
         asking: bool,
         multi: bool,
     ) -> Result<(Reply, Lease<'a>)> {

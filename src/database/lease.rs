@@ -31,11 +31,16 @@ pub(super) enum Lease<'a> {
 /// A command's place on a multiplexed connection: what it needs to open
 /// the connection when it is the one to drive and none is open.
 pub(super) struct MuxLease<'a> {
-    server: &'a Server,
+    server: &'a Arc<Server>,
     mux: &'a Multiplexed,
     stats: &'a Stats,
-    /// The end of the whole `execute()`, for connecting.
-    deadline: Option<Instant>,
+    /// The bound of a new connection's handshake and preparation: the
+    /// database's `command_timeout` (`connection_timeout` when that is
+    /// 0), not one request's: a silent server never holds the opening
+    /// for good while commands have timeouts of their own. With both 0,
+    /// the timeout of the command that needs it (none: no bound, as for
+    /// the command itself).
+    open_timeout: Option<Duration>,
     /// [ext] The server that gave the last reply (`run_id`).
     identity: Option<Arc<str>>,
 }
@@ -60,7 +65,7 @@ impl Lease<'_> {
                 let (reply, identity) = lease.mux.request(
                     packed,
                     timeout,
-                    lease.deadline,
+                    lease.open_timeout,
                     lease.server,
                     lease.stats,
                 )?;
@@ -201,26 +206,35 @@ impl Database {
     /// prepared (`READONLY`) with the request `timeout`, by `deadline`.
     pub(super) fn lease<'a>(
         &'a self,
-        server: &'a Server,
+        server: &'a Arc<Server>,
         shares: bool,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
     ) -> Result<Lease<'a>> {
         Ok(match &*server.connections {
-            Connections::Private(access) => Lease::Private(access.get(server, deadline, timeout)?),
+            Connections::Private(access) => {
+                Lease::Private(access.get(&**server, deadline, timeout)?)
+            }
             Connections::Pooled(pool) => {
-                Lease::Shared(pool.get(&self.stats, server, deadline, timeout)?)
+                Lease::Shared(pool.get(&self.stats, &**server, deadline, timeout)?)
             }
             Connections::Pipelined(pipelined) if shares => Lease::Multiplexed(MuxLease {
                 server,
                 mux: pipelined.multiplexed(rotation()),
                 stats: &self.stats,
-                deadline,
+                open_timeout: self
+                    .config
+                    .command_timeout
+                    .or(self.config.connection_timeout)
+                    .or(timeout),
                 identity: None,
             }),
-            Connections::Pipelined(pipelined) => {
-                Lease::Shared(pipelined.pool.get(&self.stats, server, deadline, timeout)?)
-            }
+            Connections::Pipelined(pipelined) => Lease::Shared(pipelined.pool.get(
+                &self.stats,
+                &**server,
+                deadline,
+                timeout,
+            )?),
         })
     }
 }

@@ -176,50 +176,60 @@ impl Database {
             }
         }
         let fields = pledge.field_expiry();
-        let expires = self
-            .expiry_on(x, lease, server, fields)
-            // Still the server that read: a multiplexed lease may have
-            // gone to a new connection meanwhile.
-            .filter(|_| lease.identity() == identity)?;
+        let expiry = self.expiry_on(x, lease, server, fields)?;
+        // Gone (-2) when asked: perhaps there at the read and expired
+        // since, and a replica or a paused master sends no invalidation
+        // for that. A second read, after the TTLs were asked, is of what
+        // is there now: the reply is kept only if it is the same.
+        if expiry.gone && self.read_again(x, lease, server).as_ref() != Some(reply) {
+            // An invalidation by time: the key changed since the read.
+            self.stats.inc(Counter::NearCacheInvalidations);
+            return None;
+        }
+        // Still the server that read: a multiplexed lease may have gone
+        // to a new connection meanwhile.
+        if lease.identity() != identity {
+            return None;
+        }
         Some(Served {
             pledge,
             master: server.role() == Role::Master,
             slot,
-            expires,
+            expires: expiry.first,
         })
     }
 
-    /// When the first of the command's keys expires (their `PTTL`s), and
-    /// on a server whose hash fields expire on their own (`fields`) the
-    /// first of the fields a hash read names (`HPTTL`; a read of a whole
-    /// hash is not kept there), asked on `lease` one by one, each bounded
-    /// as a request of the command, counted as commands. `Some(None)`:
-    /// none has a TTL (or is there); `None`: unknown, so not kept.
+    /// What the TTLs of the command's keys say (their `PTTL`s), and on a
+    /// server whose hash fields expire on their own (`fields`) those of
+    /// the fields a hash read names (`HPTTL`; a read of a whole hash is
+    /// not kept there), asked on `lease` one by one, each bounded as a
+    /// request of the command, counted as commands. `None`: unknown, so
+    /// not kept.
     fn expiry_on(
         &self,
         x: &mut Execution,
         lease: &mut Lease<'_>,
         server: &Server,
         fields: bool,
-    ) -> Option<Option<Instant>> {
+    ) -> Option<Expiry> {
         let keys: Vec<Vec<u8>> = x
             .found
             .cached_keys(x.command)?
             .into_iter()
             .map(<[u8]>::to_vec)
             .collect();
-        let mut first: Option<Instant> = None;
+        let mut expiry = Expiry::default();
         for key in &keys {
             let mut pttl = Command::new(b"PTTL");
             pttl.push(key);
-            first = earliest(first, self.ttl_on(x, lease, server, &mut pttl)?);
+            expiry = expiry.and(self.ttl_on(x, lease, server, &mut pttl)?);
         }
         if !fields {
-            return Some(first);
+            return Some(expiry);
         }
         let mut hpttl = Command::new(b"HPTTL");
         match hash_read(x.command) {
-            HashRead::Not => return Some(first),
+            HashRead::Not => return Some(expiry),
             HashRead::Whole => return None,
             HashRead::Fields(fields) => {
                 hpttl.push(keys.first()?);
@@ -230,45 +240,20 @@ impl Database {
                 }
             }
         }
-        Some(earliest(first, self.ttl_on(x, lease, server, &mut hpttl)?))
+        Some(expiry.and(self.ttl_on(x, lease, server, &mut hpttl)?))
     }
 
-    /// When what `ttl` asks about expires (`PTTL key`, or `HPTTL key
-    /// FIELDS ...`: the first of its fields); see [`Database::expiry_on`].
+    /// What `ttl` says (`PTTL key`, or `HPTTL key FIELDS ...`: all of its
+    /// fields); see [`Database::expiry_on`].
     fn ttl_on(
         &self,
         x: &mut Execution,
         lease: &mut Lease<'_>,
         server: &Server,
         ttl: &mut Command,
-    ) -> Option<Option<Instant>> {
-        let timeout = x.request_timeout();
-        if timeout.is_some_and(|timeout| timeout.is_zero()) {
-            return None;
-        }
+    ) -> Option<Expiry> {
         let asked = Instant::now();
-        let reply = match self.request(lease, server, ttl.packed(), timeout) {
-            Ok(reply) => reply,
-            Err(_) => {
-                self.stats.inc(Counter::CommandsFailed);
-                return None;
-            }
-        };
-        self.stats.inc(Counter::CommandsTotal);
-        if matches!(reply, Reply::Error(_)) {
-            self.stats.inc(Counter::CommandsError);
-        }
-        let ttl_of = |reply: &Reply| match reply {
-            Reply::Integer(ms) if *ms >= 0 => {
-                Some(asked.checked_add(Duration::from_millis(ms.unsigned_abs())))
-            }
-            Reply::Integer(-1 | -2) => Some(None),
-            _ => None,
-        };
-        match reply {
-            Reply::Array(ttls) => ttls
-                .iter()
-                .try_fold(None, |first, reply| Some(earliest(first, ttl_of(reply)?))),
+        match self.ask(x, lease, server, ttl.packed())? {
             // Never answered for this user (no `+pttl`, or renamed away):
             // without it no entry can be kept, so the cache goes off
             // rather than paying a refused request per miss, and says why.
@@ -285,8 +270,91 @@ impl Database {
                 }
                 None
             }
-            reply => ttl_of(&reply),
+            reply => expiry_of(asked, &reply),
         }
+    }
+
+    /// The command read again on `lease`, for a fill that found a key
+    /// gone ([`Database::near_served`]).
+    fn read_again(
+        &self,
+        x: &mut Execution,
+        lease: &mut Lease<'_>,
+        server: &Server,
+    ) -> Option<Reply> {
+        let packed = x.command.packed().to_vec();
+        self.ask(x, lease, server, &packed)
+    }
+
+    /// One request of a fill on `lease`, bounded as a request of the
+    /// command and counted as a command. `None`: no reply.
+    fn ask(
+        &self,
+        x: &mut Execution,
+        lease: &mut Lease<'_>,
+        server: &Server,
+        packed: &[u8],
+    ) -> Option<Reply> {
+        let timeout = x.request_timeout();
+        if timeout.is_some_and(|timeout| timeout.is_zero()) {
+            return None;
+        }
+        match self.request(lease, server, packed, timeout) {
+            Ok(reply) => {
+                self.stats.inc(Counter::CommandsTotal);
+                if matches!(reply, Reply::Error(_)) {
+                    self.stats.inc(Counter::CommandsError);
+                }
+                Some(reply)
+            }
+            Err(_) => {
+                self.stats.inc(Counter::CommandsFailed);
+                None
+            }
+        }
+    }
+}
+
+/// What the TTLs of a fill's keys (and fields) say, together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Expiry {
+    /// When the first of them ends (`None`: none has a TTL).
+    first: Option<Instant>,
+    /// One was gone when asked (-2: no such key, or field).
+    gone: bool,
+}
+
+impl Expiry {
+    fn and(self, other: Expiry) -> Expiry {
+        Expiry {
+            first: earliest(self.first, other.first),
+            gone: self.gone || other.gone,
+        }
+    }
+}
+
+/// What a `PTTL` reply (an integer), or an `HPTTL` one (an integer per
+/// field), asked at `asked`, says: milliseconds left, -1 for no TTL, -2
+/// for gone. `None`: not such a reply.
+fn expiry_of(asked: Instant, reply: &Reply) -> Option<Expiry> {
+    let one = |reply: &Reply| match reply {
+        Reply::Integer(ms) if *ms >= 0 => Some(Expiry {
+            // Past what an Instant holds: never, as good as.
+            first: asked.checked_add(Duration::from_millis(ms.unsigned_abs())),
+            gone: false,
+        }),
+        Reply::Integer(-1) => Some(Expiry::default()),
+        Reply::Integer(-2) => Some(Expiry {
+            first: None,
+            gone: true,
+        }),
+        _ => None,
+    };
+    match reply {
+        Reply::Array(ttls) => ttls.iter().try_fold(Expiry::default(), |expiry, reply| {
+            Some(expiry.and(one(reply)?))
+        }),
+        reply => one(reply),
     }
 }
 
@@ -295,5 +363,60 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: a `PTTL` of -2 after a read is a key gone since, perhaps
+    /// expired with no invalidation to come, not a key without a TTL; in
+    /// an `HPTTL` it is a field gone (or the hash).
+    #[test]
+    fn a_ttl_of_minus_two_is_gone_and_minus_one_is_none() {
+        let asked = Instant::now();
+        let at = |ms| Some(asked + Duration::from_millis(ms));
+        let of = |reply: Reply| expiry_of(asked, &reply);
+        let gone = Expiry {
+            first: None,
+            gone: true,
+        };
+        assert_eq!(of(Reply::Integer(-2)), Some(gone));
+        assert_eq!(of(Reply::Integer(-1)), Some(Expiry::default()));
+        assert_eq!(
+            of(Reply::Integer(250)),
+            Some(Expiry {
+                first: at(250),
+                gone: false
+            })
+        );
+        // HPTTL: one reply per field, the first TTL and any field gone.
+        let fields = |ttls: &[i64]| Reply::Array(ttls.iter().map(|&t| Reply::Integer(t)).collect());
+        assert_eq!(
+            of(fields(&[400, -1, 100])),
+            Some(Expiry {
+                first: at(100),
+                gone: false
+            })
+        );
+        assert_eq!(
+            of(fields(&[400, -2])),
+            Some(Expiry {
+                first: at(400),
+                gone: true
+            })
+        );
+        assert_eq!(of(fields(&[-2, -2])), Some(gone));
+        // Not a TTL: unknown, nothing kept.
+        for reply in [
+            Reply::Integer(-3),
+            Reply::Nil,
+            Reply::Status("OK".into()),
+            fields(&[100, -3]),
+            Reply::Array(vec![fields(&[100])]),
+        ] {
+            assert_eq!(of(reply.clone()), None, "{reply:?}");
+        }
     }
 }

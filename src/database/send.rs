@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::execution::Execution;
 use super::lease::Lease;
 use super::Database;
-use crate::connection::RequestError;
-use crate::error::{Result, Retry, ServerError};
+use crate::connection::{Failure, RequestError};
+use crate::error::{Error, Result, Retry, ServerError};
 use crate::protocol::Reply;
 use crate::server::Server;
 use crate::stats::Counter;
@@ -28,20 +28,19 @@ impl Database {
         } else {
             x.command.packed_as_evalsha()
         };
-        match evalsha {
-            Some(evalsha) => match self.request(lease, server, &evalsha, x.request_timeout())? {
-                Reply::Error(text) if ServerError::of(&text).retry() == Retry::AsScript => {
+        let timeout = x.request_timeout();
+        let reply = match evalsha {
+            Some(evalsha) => match self.request(lease, server, &evalsha, timeout) {
+                Ok(Reply::Error(text)) if ServerError::of(&text).retry() == Retry::AsScript => {
                     self.stats.inc(Counter::CommandsNoscript);
                     let timeout = x.request_timeout();
                     self.request(lease, server, x.command.packed(), timeout)
                 }
-                reply => Ok(reply),
+                reply => reply,
             },
-            None => {
-                let timeout = x.request_timeout();
-                self.request(lease, server, x.command.packed(), timeout)
-            }
-        }
+            None => self.request(lease, server, x.command.packed(), timeout),
+        };
+        reply.map_err(unsettled)
     }
 
     /// One request on `lease`, turning transport failures into counted,
@@ -67,6 +66,26 @@ impl Database {
             Err(RequestError::Connect(err)) => Err(err),
             Err(RequestError::Failed(failure)) => Err(server.failed(failure, was_broken, timeout)),
             Err(RequestError::Collateral(failure)) => Err(server.failed(failure, true, timeout)),
+            // Late while the server answered others: nothing to drop,
+            // nothing said of the server.
+            Err(RequestError::Late(_)) => Err(Error::Timeout {
+                server: server.location().to_string(),
+                timeout_ms: timeout.map_or(0, |t| t.as_millis()),
+            }),
         }
+    }
+}
+
+/// The error of the command's own request: one whose reply broke the
+/// protocol is [`Error::Unsettled`] (the server ran the command), never
+/// retried; a failure before it (`ROLE`, a connection's preparation) is
+/// not.
+fn unsettled(err: Error) -> Error {
+    match err {
+        Error::Io {
+            server,
+            source: source @ Failure::Protocol(_),
+        } => Error::Unsettled { server, source },
+        err => err,
     }
 }

@@ -2,6 +2,7 @@
 //! or without Sentinel): along the execution plan (`plan.rs`), asking
 //! a server its role when it must be known, carrying out the verdict on
 //! each attempt (`verdict.rs`).
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::execution::Execution;
@@ -125,7 +126,7 @@ impl Database {
     fn attempt<'a>(
         &'a self,
         x: &mut Execution,
-        server: &'a Server,
+        server: &'a Arc<Server>,
         master_only: bool,
     ) -> Result<Outcome<'a>> {
         let shares = x.found.shares(x.command);

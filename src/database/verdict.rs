@@ -6,10 +6,18 @@
 //!
 //! Its rules, one row each in the table of the tests below:
 //! - A connection the task keeps is never retried: a failure closes it.
+//! - A script's (`EVAL*`, `FCALL*`) error reply is final, but for a
+//!   redirection (`MOVED`, `ASK`) and `NOSCRIPT` (`send.rs`): its own
+//!   `redis.error_reply('TRYAGAIN ...')` cannot be told from the
+//!   server's by its text, and may come after its writes. The C VMOD
+//!   runs such a script once.
+//! - A failed attempt is retried only for a failure of its own exchange
+//!   (connection, I/O, its timeout): not for a reply that broke the
+//!   protocol, which the server sent after it ran the command.
 //! - Standalone: a failed attempt (connection, I/O, timeout) goes to the
 //!   next candidate while retries are left. `TRYAGAIN`, `CLUSTERDOWN` and
-//!   `LOADING` replies were not run: the next candidate too, unless the
-//!   `LOADING` may be a script's own. `READONLY` and `MASTERDOWN` say
+//!   `LOADING` replies to other commands say they were not run: the next
+//!   candidate too. `READONLY` and `MASTERDOWN` say
 //!   roles changed (a failover): every role is asked again, and a
 //!   `READONLY` to a master command (not a script's) is sent to the
 //!   master found next, the replica passed over. A `ROLE` that says
@@ -50,7 +58,7 @@ pub(super) struct Attempt<'a> {
     /// Retries allowed.
     pub(super) retries: u32,
     /// The command runs a script or function: its own error replies may
-    /// come after it ran (`redis.error_reply('LOADING ...')`).
+    /// come after it ran (`redis.error_reply('TRYAGAIN ...')`).
     pub(super) runs_script: bool,
     /// `debug=true`: the verdict says why, for the debug line.
     pub(super) debug: bool,
@@ -184,9 +192,13 @@ pub(super) fn decide(answer: &Answer, at: &Attempt) -> Verdict {
     }
 }
 
-/// An attempt that got no reply: retried while retries are left.
+/// An attempt that got no reply: retried while retries are left, for a
+/// failure of its own exchange (its timeout, an I/O error), not for a
+/// reply that broke the protocol: the server answered, so it ran the
+/// command (and on a pipelined connection, whose replies came out of
+/// step, the fault may be another request's).
 fn failed(err: &Error, at: &Attempt, retrying: &str) -> Verdict {
-    if at.failed >= at.retries {
+    if at.failed >= at.retries || matches!(err, Error::Unsettled { .. }) {
         return Verdict::to(Next::GiveUp, FAILED);
     }
     Verdict::to(Next::Reroute, FAILED_RETRIED).noted(at, || {
@@ -221,7 +233,7 @@ fn standalone_reply(reply: &Reply, master_only: bool, at: &Attempt) -> Verdict {
             verdict.ask_roles = true;
             verdict
         }
-        Retry::Again if retry_left && !may_have_run(kind, at) => {
+        Retry::Again if retry_left && !may_have_run(at) => {
             Verdict::to(Next::Reroute, REPLIED_RETRIED).noted(at, || {
                 format!(
                     "{} replied {text}; retrying on the next candidate",
@@ -245,7 +257,7 @@ fn cluster_reply(reply: &Reply, hops: &Hops, at: &Attempt) -> Verdict {
             None => Verdict::to(Next::Done, &[]),
         },
         Retry::Again if retry_left => {
-            let verdict = if may_have_run(kind, at) {
+            let verdict = if may_have_run(at) {
                 Verdict::to(Next::Done, &[])
             } else {
                 Verdict::to(Next::SameServer, REPLIED_RETRIED)
@@ -290,12 +302,13 @@ fn follow(redirection: Redirection, text: &str, hops: &Hops) -> Verdict {
     }
 }
 
-/// A `LOADING` reply to a script or function may be the script's own
-/// (`redis.error_reply('LOADING ...')`), sent after it ran: retrying it
-/// would run the script again. The server's own `LOADING` comes before
-/// anything runs.
-fn may_have_run(kind: ServerError, at: &Attempt) -> bool {
-    kind == ServerError::Loading && at.runs_script
+/// An error reply to a script or function may be the script's own
+/// (`redis.error_reply('TRYAGAIN ...')`), sent after it ran: retrying it
+/// would run the script again. The server's own `TRYAGAIN`,
+/// `CLUSTERDOWN` or `LOADING` comes before anything runs, but its text
+/// is the same.
+fn may_have_run(at: &Attempt) -> bool {
+    at.runs_script
 }
 
 #[cfg(test)]

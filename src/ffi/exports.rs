@@ -163,7 +163,7 @@ export!(fn vmod_event_function(ctx,
     event: vcl_event_e => Option<Event>,
 ) -> c_int = 0; {
     // Before any connect (VCL_EVENT_LOAD comes before vcl_init).
-    crate::connection::lookup::set_before_first_thread(super::pin_module);
+    crate::connection::detached::set_before_first_thread(super::pin_module);
     if let (Some(vcl), Some(event)) = (priv_vcl, event) {
         vcl::event(ctx, vcl, event);
     }

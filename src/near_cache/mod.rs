@@ -53,7 +53,11 @@
 //! **Expiry.** A key with a TTL expires in Redis without a write, and an
 //! expired key Redis has not deleted yet sends no invalidation. So a fill
 //! asks the `PTTL` of its keys right after its read (same ticket: a change in
-//! between withdraws it) and the entry is served only until then.
+//! between withdraws it) and the entry is served only until then. A key
+//! gone by then (-2) may have expired after the read, and a replica or a
+//! paused master deletes nothing, so no invalidation comes: the fill
+//! reads again and keeps the reply only if the second read agrees
+//! (`src/database/near.rs`).
 //!
 //! **Admission.** A command is kept at its second miss within a while (a
 //! per-shard doorkeeper of hashes): reads of keys that are read once (a
@@ -196,6 +200,10 @@ pub(crate) struct Fill {
     others: Box<[Box<[u8]>]>,
     ticket: u64,
     epoch: u64,
+    /// When the ticket was taken, before the read was sent: the age of
+    /// what it keeps (`near_cache_ttl`) counts from then, not from its
+    /// reply or the `PTTL` after.
+    taken: Instant,
 }
 
 /// What a shard holds for a command.
@@ -367,6 +375,7 @@ impl NearCache {
             others,
             ticket,
             epoch,
+            taken: Instant::now(),
         }))
     }
 
@@ -408,7 +417,7 @@ impl NearCache {
             Some(filled) => {
                 let state = State::Ready {
                     reply: filled.reply.clone(),
-                    stored: Instant::now(),
+                    stored: fill.taken,
                     expires: filled.expires,
                     from_master: filled.from_master,
                     pledge: filled.pledge,

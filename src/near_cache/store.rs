@@ -123,6 +123,7 @@ pub(super) enum State {
     Pending,
     Ready {
         reply: Reply,
+        /// When its read was sent (its ticket taken).
         stored: Instant,
         /// When the first of its keys' TTLs ends (`None`: they have none).
         expires: Option<Instant>,

@@ -46,6 +46,14 @@ impl Health {
         }
     }
 
+    /// How long until the next connection attempt may be made, if one must
+    /// wait; unlike [`Health::may_connect`], claims nothing.
+    pub(crate) fn connect_wait(&self) -> Option<Duration> {
+        let at = self.connect_at_us.load(Ordering::Relaxed);
+        let now = self.us_since_epoch(Instant::now());
+        (at != 0 && now < at).then(|| Duration::from_micros(at - now))
+    }
+
     /// May this worker open a connection now? After a failed attempt only
     /// one worker per spacing may (it claims the next slot); the others get
     /// how long until the next attempt.

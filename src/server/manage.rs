@@ -54,10 +54,7 @@ impl ManageConnection for Server {
         timeout: Option<Duration>,
     ) -> Result<Connection, Error> {
         if let Err(wait) = self.health.may_connect() {
-            return Err(Error::Backoff {
-                server: self.location().to_string(),
-                retry_in_ms: wait.as_millis().max(1),
-            });
+            return Err(self.backoff(wait));
         }
         let policy = &self.policy;
         let (connect, handshake) = opening_bounds(policy.connect_timeout, timeout);
@@ -77,6 +74,13 @@ impl ManageConnection for Server {
                 }
                 Err(err.into())
             }
+        }
+    }
+
+    fn may_open(&self) -> Result<(), Error> {
+        match self.health.connect_wait() {
+            Some(wait) => Err(self.backoff(wait)),
+            None => Ok(()),
         }
     }
 
@@ -113,6 +117,15 @@ impl ManageConnection for Server {
 }
 
 impl Server {
+    /// The error of a connect refused by the reconnect spacing, `wait`
+    /// before the next attempt.
+    fn backoff(&self, wait: Duration) -> Error {
+        Error::Backoff {
+            server: self.location().to_string(),
+            retry_in_ms: wait.as_millis().max(1),
+        }
+    }
+
     /// The error of a request that got no reply, its connection dropped
     /// with it (counted here unless `counted`), the server made sick.
     pub(crate) fn failed(

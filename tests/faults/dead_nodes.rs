@@ -13,8 +13,11 @@ use super::*;
 
 /// Dead masters in the map.
 const DEAD: usize = 300;
-/// Length of the run once the map names them.
+/// Length of the run once the map names them; `FAULTS_DEAD_NODES_SECS`
+/// makes it longer (or shorter), to see the connects a second settle.
 const RUN: Duration = Duration::from_secs(12);
+/// The connects a second are also said over windows this long.
+const WINDOW: Duration = Duration::from_secs(5);
 /// The end of the run over which connects a second are bounded: the
 /// back-off (200 ms doubling to 10 s, with jitter) has grown by then.
 const STEADY: Duration = Duration::from_secs(4);
@@ -22,6 +25,23 @@ const STEADY: Duration = Duration::from_secs(4);
 /// per 10 s is 30/s once every back-off is at its cap, one per node per
 /// 2 s would still pass; one per node per 200 ms (1,500/s) fails.
 const STEADY_BOUND: f64 = 150.0;
+/// A run of at least this long (`FAULTS_DEAD_NODES_SECS`) also checks
+/// the connects a second over its last [`SETTLED`], by then made of
+/// three bounded streams: the tracking connections (one per node per
+/// 10 s, jitter 0.75-1.25: at most [`TRACKING_BOUND`]), the commands'
+/// connects to the [`DEAD_KEYS`] masters read (each at most one per
+/// 1 s, the command connections' longest spacing) and the discoveries
+/// their failures ask for (at most one a second, each asking up to 8
+/// nodes, the seed first and then dead masters).
+const LONG_RUN: Duration = Duration::from_secs(45);
+/// See [`LONG_RUN`].
+const SETTLED: Duration = Duration::from_secs(20);
+/// Tracking connects a second to the dead nodes once every back-off is
+/// at its cap: [`DEAD`] per 10 s x 0.75 (the shortest jitter).
+const TRACKING_BOUND: f64 = DEAD as f64 / 7.5;
+/// All connects a second to the dead nodes then: the tracking's, one a
+/// second to each dead master read, 8 a second of discoveries.
+const SETTLED_BOUND: f64 = TRACKING_BOUND + DEAD_KEYS as f64 + 8.0;
 /// Threads of the child beyond those before the map grew.
 const THREAD_MARGIN: u64 = 10;
 /// Fds of the child beyond those before the map grew.
@@ -32,6 +52,11 @@ const DEAD_KEYS: usize = 8;
 const SEED_KEYS: usize = 4;
 /// Between two reads.
 const PACE: Duration = Duration::from_millis(50);
+
+/// Counted at one time since the start: connects to the dead nodes that
+/// began with `HELLO 3` (the tracking connections'), then the database's
+/// `connections.total`, `connections.failed`, `cluster.discoveries.total`.
+type Counted = (u64, u64, u64, u64);
 
 /// One read of the client.
 struct Read {
@@ -64,20 +89,45 @@ pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
     let servers_before = server_count(s.varnish.port)?;
     let before = s.snapshot();
     fakes.grow();
+    let run = Duration::from_secs(env_u64("FAULTS_DEAD_NODES_SECS", RUN.as_secs()));
     let started = Instant::now();
     let connects_before = fakes.other_connects();
     let auths_before = fakes.auths();
     let port = s.varnish.port;
-    let client = thread::spawn(move || read_for(port, &keys, started + RUN));
+    let client = thread::spawn(move || read_for(port, &keys, started + run));
     let mut peak = before;
     // (since the start, connects to the dead nodes so far)
     let mut samples = vec![(Duration::ZERO, connects_before)];
-    while started.elapsed() < RUN {
+    // (since the start, connects beginning with HELLO 3 (tracking), the
+    // database's connections.total, .failed and cluster.discoveries.total)
+    let counted = |s: &Setup| -> Counted {
+        let c = counters(s.varnish.port, "db").ok();
+        let get = |name| c.as_ref().map_or(0, |c| c.get(name));
+        (
+            fakes.resp3_connects(),
+            get("connections.total"),
+            get("connections.failed"),
+            get("cluster.discoveries.total"),
+        )
+    };
+    let mut series = vec![(Duration::ZERO, counted(&s))];
+    while started.elapsed() < run {
         thread::sleep(Duration::from_millis(250));
         let now = s.snapshot();
         peak.threads = peak.threads.max(now.threads);
         peak.fds = peak.fds.max(now.fds);
         samples.push((started.elapsed(), fakes.other_connects()));
+        let next = WINDOW * series.len() as u32;
+        if started.elapsed() >= next {
+            series.push((started.elapsed(), counted(&s)));
+        }
+    }
+    // The last window, shorter when the run is not a multiple of it.
+    if series
+        .last()
+        .is_some_and(|(when, _)| *when + WINDOW / 5 < run)
+    {
+        series.push((started.elapsed(), counted(&s)));
     }
     let reads = client
         .join()
@@ -98,7 +148,7 @@ pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
         let ((t0, c0), (t1, c1)) = (at(from), at(to));
         (c1 - c0) as f64 / (t1 - t0).as_secs_f64().max(0.001)
     };
-    let end = samples.last().map_or(RUN, |(when, _)| *when);
+    let end = samples.last().map_or(run, |(when, _)| *when);
     let whole = rate(Duration::ZERO, end);
     let steady = rate(end.saturating_sub(STEADY), end);
     let per_second: Vec<String> = (0..end.as_secs())
@@ -135,6 +185,28 @@ pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
         "connects to the dead nodes: {connects} ({whole:.0}/s over the run, {steady:.0}/s over the last {} s); per second: {}",
         STEADY.as_secs(),
         per_second.join(" ")
+    ));
+    let windows: Vec<String> = series
+        .windows(2)
+        .map(|pair| {
+            let ((t0, (r0, tot0, f0, d0)), (t1, (r1, tot1, f1, d1))) = (pair[0], pair[1]);
+            let per_second = |n: u64| n as f64 / (t1 - t0).as_secs_f64().max(0.001);
+            format!(
+                "{:.0}-{:.0} s: {:.0}/s ({:.0}/s HELLO 3; db connections.total {:.0}/s, .failed {:.0}/s; discoveries {:.1}/s)",
+                t0.as_secs_f64(),
+                t1.as_secs_f64(),
+                rate(t0, t1),
+                per_second(r1 - r0),
+                per_second(tot1 - tot0),
+                per_second(f1 - f0),
+                per_second(d1 - d0),
+            )
+        })
+        .collect();
+    s.say(format!(
+        "connects to the dead nodes by {} s window: {}",
+        WINDOW.as_secs(),
+        windows.join("; ")
     ));
     s.say(format!(
         "AUTH read by the dead nodes: {auths} on {connects} connects"
@@ -178,6 +250,29 @@ pub(crate) fn s15_dead_nodes(mode: Mode) -> Result<(), Failed> {
             STEADY.as_secs()
         )
     });
+    if run >= LONG_RUN {
+        let from = end.saturating_sub(SETTLED);
+        let settled = rate(from, end);
+        // The series is sampled every WINDOW: its samples from `from` on.
+        let within: Vec<&(Duration, Counted)> =
+            series.iter().filter(|(when, _)| *when >= from).collect();
+        let tracking = match (within.first(), within.last()) {
+            (Some((t0, (r0, ..))), Some((t1, (r1, ..)))) if t1 > t0 => {
+                (r1 - r0) as f64 / (*t1 - *t0).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        s.say(format!(
+            "over the last {} s: {settled:.0} connects/s (bound {SETTLED_BOUND:.0}), {tracking:.0}/s of them HELLO 3 (bound {TRACKING_BOUND:.0})",
+            SETTLED.as_secs()
+        ));
+        s.check(settled <= SETTLED_BOUND && tracking <= TRACKING_BOUND, || {
+            format!(
+                "over the last {} s: {settled:.0} connects/s to the dead nodes (bound {SETTLED_BOUND:.0}), {tracking:.0}/s tracking (bound {TRACKING_BOUND:.0})",
+                SETTLED.as_secs()
+            )
+        });
+    }
     s.check(slow.is_empty(), || {
         let some: Vec<String> = slow
             .iter()

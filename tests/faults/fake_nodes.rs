@@ -38,6 +38,9 @@ struct Tally {
     other_connects: AtomicU64,
     /// `AUTH`s (in `HELLO` or alone) read by dead masters.
     auths: AtomicU64,
+    /// Connects to dead masters that began with `HELLO 3`: the near
+    /// cache's tracking connections (command connections are RESP2 here).
+    resp3_connects: AtomicU64,
 }
 
 pub(crate) struct FakeNodes {
@@ -130,6 +133,11 @@ impl FakeNodes {
         self.tally.auths.load(Ordering::Relaxed)
     }
 
+    /// Connects to dead masters that began with `HELLO 3` so far.
+    pub(crate) fn resp3_connects(&self) -> u64 {
+        self.tally.resp3_connects.load(Ordering::Relaxed)
+    }
+
     /// `DeadMasters`: the seed's map names the others from now on.
     pub(crate) fn grow(&self) {
         self.grown.store(true, Ordering::Relaxed);
@@ -169,9 +177,12 @@ fn accept(listener: &TcpListener, node: &FakeNode, stop: &Arc<AtomicBool>, tally
         }
         match node {
             FakeNode::Dead => {
-                let auths = what_came(stream).to_ascii_uppercase();
-                let auths = auths.windows(4).filter(|w| w == b"AUTH").count();
+                let came = what_came(stream).to_ascii_uppercase();
+                let auths = came.windows(4).filter(|w| w == b"AUTH").count();
                 tally.auths.fetch_add(auths as u64, Ordering::Relaxed);
+                if came.windows(12).any(|w| w == b"HELLO\r\n$1\r\n3") {
+                    tally.resp3_connects.fetch_add(1, Ordering::Relaxed);
+                }
             }
             _ => {
                 let (node, stop) = (node.clone(), stop.clone());

@@ -41,7 +41,9 @@ pub(crate) struct LoadSpec {
     pub(crate) port: u16,
     pub(crate) clients: usize,
     pub(crate) duration: Duration,
-    /// Cycled through by each client; `{c}` is the client's number.
+    /// Cycled through by each client; `{c}` is the client's number, `{n}`
+    /// the request's within the client (with `{c}`: a key no other
+    /// request of the load names).
     pub(crate) paths: Vec<String>,
     /// A request not answered within this is `Hung`.
     pub(crate) deadline: Duration,
@@ -134,7 +136,13 @@ pub(crate) fn client_loop(
         && samples.len() < MAX_REQUESTS_PER_CLIENT
     {
         let path_index = i % paths.len();
-        let path = &paths[path_index];
+        let numbered;
+        let path = if paths[path_index].contains("{n}") {
+            numbered = paths[path_index].replace("{n}", &samples.len().to_string());
+            &numbered
+        } else {
+            &paths[path_index]
+        };
         i += 1;
         let started = Instant::now();
         let result = match conn.as_mut() {
@@ -223,6 +231,15 @@ impl Report {
         self.samples
             .iter()
             .filter(|s| s.start_us >= from && s.start_us < to)
+            .copied()
+            .collect()
+    }
+
+    /// The requests of `LoadSpec::paths[path]`.
+    pub(crate) fn of_path(&self, path: usize) -> Vec<Sample> {
+        self.samples
+            .iter()
+            .filter(|s| usize::from(s.path) == path)
             .copied()
             .collect()
     }

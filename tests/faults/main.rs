@@ -161,6 +161,21 @@
 //!   write counts as acknowledged once a poll of the replica (every
 //!   10 ms) saw it: the bound is on how much staler than the replica a
 //!   read is.
+//! * `s13.near-cache-expiry.{replica,paused}.{private,shared,pipelined}`
+//!   and `s13.near-cache-staleness.expiring-{replica,paused}.shared`
+//!   (`staleness_expiry.rs`): keys that expire where no invalidation
+//!   follows, read through a proxy of `proxy.rs` that holds each `PTTL`.
+//!   `.replica`: reads with `execute(false)` from a replica whose master
+//!   has active expiry off (no `DEL` comes); `.paused`: a master under
+//!   `CLIENT PAUSE WRITE`. `s13.near-cache-expiry.*`: a key with a 1 s TTL
+//!   is read twice (the second read fills), its `PTTL` held 2 s, past the
+//!   expiry (-2, checked on the server): the next read is the server's
+//!   nil, not a hit, and one invalidation is counted. `.expiring-*`: the
+//!   load and checks of s13, 10 s, every write (direct) with a TTL of
+//!   50-500 ms, each `PTTL` held 30 ms, the paused master paused 1.5 s
+//!   every 2.5 s from 1 s on; besides, no read that began more than 5 ms
+//!   past the latest its value can have expired (its write's end plus
+//!   its TTL; `FAULTS_EXPIRY_MS`) returns it.
 //! * `s14.ask-storm.{private,shared}` (`ask_storm.rs`): a fake cluster
 //!   node owns every slot and answers each `GET` with an `ASK` to a new
 //!   address (200 fake nodes that answer as an empty Redis, tracking
@@ -177,8 +192,26 @@
 //!   child's threads within 10 and fds within 20 of before, under 150
 //!   connects a second to the dead nodes over the last 4 s, the seed's
 //!   keys answered, no read past `command_bound`. Says the connects a
-//!   second (each second, whole run, last 4 s) and the `AUTH`s the dead
-//!   nodes read.
+//!   second (each second, whole run, last 4 s, and by 5 s windows: all,
+//!   tracking ones (`HELLO 3`), the database's `connections.*` and
+//!   discoveries) and the `AUTH`s the dead nodes read.
+//!   `FAULTS_DEAD_NODES_SECS=65` runs it longer: from 45 s on it also
+//!   checks the last 20 s against the three back-offs' bounds (tracking
+//!   at most 40/s, all at most 56/s).
+//! * `s16.pipelining-deadlines.{plain,tls}` (`pipelining_deadlines.rs`,
+//!   issue #40, items 2 and 3): `pipelining=true` on 2 connections,
+//!   `connection_ttl` 1 s, `command_timeout` 2000 ms, 1 retry, Redis
+//!   reached on its plain or its TLS port; for 30 s, 24 clients `INCR` a
+//!   key of their own per request while 12 send PINGs with a `.timeout()`
+//!   of 1, 2 or 3 ms: every `INCR` replied, every key at 1 on the server
+//!   (no write ran twice) and one key per `INCR` sent, every request
+//!   within the `command_bound` of its own timeout + 200 ms, connections
+//!   opened again and again under load (every PING that times out makes
+//!   the server sick, and its idle connection is dropped: more often than
+//!   the TTL), some PINGs timed out, counters reconcile, no leak. Says
+//!   the PINGs' outcomes per timeout and any `INCR` that failed or ran
+//!   twice. Skipped by `scripts/test --varnish 8.0` (the multiplexer is
+//!   plain Rust).
 //! * `s6.vcl-churn.20` (and `.200`, ignored): vcl.load / vcl.use /
 //!   vcl.discard cycles of a VCL with a private, a shared and a pipelined
 //!   database while 16 clients run: threads, fds and Redis connections do not grow,
@@ -196,17 +229,20 @@
 //! # The VCL
 //! One database object per trial (two in the churn), driven by URL:
 //! `/<db>/set/<key>`, `/<db>/get/<key>`, `/<db>/eval/<key>` run one command,
-//! `/<db>/mix/<key>` runs SET, GET and EVAL; `/<db>/stats` returns the
-//! counters as `x-c-<name>` headers (dots as dashes) and the JSON as body;
-//! `/ping` does not touch Redis. `x-r` lists each command's outcome: `1`
-//! reply, `e` error reply, `0` no reply (the fallback).
+//! `/<db>/mix/<key>` runs SET, GET and EVAL, `/<db>/incr/<key>` an INCR,
+//! `/<db>/ping-within/<ms>` a PING with `.timeout(<ms>)`; `/<db>/stats`
+//! returns the counters as `x-c-<name>` headers (dots as dashes) and the
+//! JSON as body; `/ping` does not touch Redis. `x-r` lists each command's
+//! outcome: `1` reply, `e` error reply, `0` no reply (the fallback).
 //!
 //! # Environment
 //! * `VMOD_REDIS_SO`: use this .so as is (no build); otherwise `cargo build
 //!   --lib` is run once, as in `tests/vtc/`.
 //! * `FAULTS_SOAK_SECS` (default 600): length of each soak trial.
 //! * `FAULTS_CHURN_LONG` (default 200): cycles of the long churn trial.
-//! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s11`.
+//! * `FAULTS_STALENESS_MS` (default 300): the staleness bound of `s13`.
+//! * `FAULTS_EXPIRY_MS` (default 5): how late past its expiry `s13` may
+//!   read an expiring value.
 //! * `FAULTS_KEEP=1`: keep the temporary directory (logs, VCL, redis logs).
 //! * `PATH`: varnishd, varnishadm, varnishstat and varnishlog are the first
 //!   found there, the module is built against the Varnish pkg-config finds:
@@ -225,6 +261,7 @@ mod freeze;
 mod http;
 mod kill_restart;
 mod load;
+mod pipelining_deadlines;
 mod pool_exhaustion;
 mod procs;
 mod proxy;
@@ -243,11 +280,18 @@ mod setup;
 mod soak;
 mod staleness;
 mod staleness_cluster;
+mod staleness_expiry;
 mod staleness_history;
 mod staleness_links;
 mod staleness_topologies;
 #[path = "../support/mod.rs"]
 mod support;
+#[allow(
+    dead_code,
+    reason = "the suite uses the CA and the server certificate only"
+)]
+#[path = "../support/tls_material.rs"]
+mod tls_material;
 mod varnish;
 mod vcl;
 mod vcl_churn;
@@ -264,6 +308,7 @@ use http::*;
 use kill_restart::*;
 use libtest_mimic::{Arguments, Failed, Trial};
 use load::*;
+use pipelining_deadlines::*;
 use pool_exhaustion::*;
 use procs::*;
 use redis::*;
@@ -275,6 +320,7 @@ use setup::*;
 use soak::*;
 use staleness::*;
 use staleness_cluster::*;
+use staleness_expiry::*;
 use staleness_links::*;
 use staleness_topologies::*;
 use std::collections::HashMap;
@@ -290,7 +336,7 @@ use std::time::{Duration, Instant};
 use support::{
     cleanup_all, find_cache_child, info_field, make_dir, proc_status, redis_cmd, register_pid,
     signal, stop_child, tail_file, unregister_pid, write_public, RedisConfig, RedisConn,
-    RedisServer, Res, Varnishd, Waited,
+    RedisServer, Res, TlsPort, Varnishd, Waited,
 };
 use varnish::*;
 use vcl::*;
@@ -409,6 +455,21 @@ fn main() {
         "s13.near-cache-staleness.replica-lag.shared",
         || s13_near_cache_staleness_lagging(Mode::Shared, Lagging::Listed),
     ));
+    for undeleted in [Undeleted::Replica, Undeleted::PausedMaster] {
+        for mode in [Mode::Private, Mode::Shared, Mode::Pipelined] {
+            trials.push(Trial::test(
+                format!("s13.near-cache-expiry.{}.{}", undeleted.name(), mode.name()),
+                move || s13_near_cache_expiry(mode, undeleted),
+            ));
+        }
+        trials.push(Trial::test(
+            format!(
+                "s13.near-cache-staleness.expiring-{}.shared",
+                undeleted.name()
+            ),
+            move || s13_near_cache_staleness_expiring(Mode::Shared, undeleted),
+        ));
+    }
     for mode in [Mode::Private, Mode::Shared] {
         trials.push(Trial::test(
             format!("s14.ask-storm.{}", mode.name()),
@@ -419,6 +480,15 @@ fn main() {
         trials.push(Trial::test(
             format!("s15.dead-nodes.{}", mode.name()),
             move || s15_dead_nodes(mode),
+        ));
+    }
+    for tls in [false, true] {
+        trials.push(Trial::test(
+            format!(
+                "s16.pipelining-deadlines.{}",
+                if tls { "tls" } else { "plain" }
+            ),
+            move || s16_pipelining_deadlines(tls),
         ));
     }
     trials.push(Trial::test("s6.vcl-churn.20", || s6_vcl_churn(20)));

@@ -4,7 +4,8 @@
 //! upstream sends by a fixed time (a lagging replication link), and can
 //! stop forwarding, without closing them, the connections that carry
 //! `CLIENT TRACKING` (a frozen tracking link: the VMOD's other
-//! connections through it go on working).
+//! connections through it go on working), and can hold what a client
+//! sends that names a command (a `PTTL` that reaches the server late).
 use super::*;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -27,6 +28,11 @@ struct Shared {
     /// Connections accepted, and those that sent `TRACKING`.
     accepted: AtomicUsize,
     tracking: AtomicUsize,
+    /// What a client sends that holds its chunk, and for how long;
+    /// see [`Proxy::hold_requests`].
+    hold: Mutex<Option<(&'static [u8], Duration)>>,
+    /// Chunks held so far.
+    held: AtomicUsize,
     /// Every socket, shut down on drop (the pumps then end).
     sockets: Mutex<Vec<TcpStream>>,
 }
@@ -56,6 +62,8 @@ impl Proxy {
             frozen: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             tracking: AtomicUsize::new(0),
+            hold: Mutex::new(None),
+            held: AtomicUsize::new(0),
             sockets: Mutex::new(Vec::new()),
         });
         let threads = Arc::new(Mutex::new(Vec::new()));
@@ -83,6 +91,19 @@ impl Proxy {
     /// they held first.
     pub(crate) fn freeze_tracking(&self, frozen: bool) {
         self.shared.frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// From now on, what a client sends that holds `word` (a command's
+    /// name: `PTTL`) reaches the server `hold` late, and what it sends
+    /// after waits behind it: the chunk read with the word in it is
+    /// held whole, so in a batch of commands the others wait too.
+    pub(crate) fn hold_requests(&self, word: &'static [u8], hold: Duration) {
+        *self.shared.hold.lock() = Some((word, hold));
+    }
+
+    /// The chunks held so far ([`Proxy::hold_requests`]).
+    pub(crate) fn held(&self) -> usize {
+        self.shared.held.load(Ordering::Relaxed)
     }
 
     /// Connections accepted so far, and how many of them were tracking
@@ -228,7 +249,16 @@ impl Pump {
                         let keep = tail.len().saturating_sub(TRACKING.len());
                         tail.drain(..keep);
                     }
-                    queue.push_back((Instant::now(), chunk));
+                    let mut at = Instant::now();
+                    if self.sniff {
+                        if let Some((word, hold)) = *self.shared.hold.lock() {
+                            if chunk.windows(word.len()).any(|w| w == word) {
+                                self.shared.held.fetch_add(1, Ordering::Relaxed);
+                                at += hold;
+                            }
+                        }
+                    }
+                    queue.push_back((at, chunk));
                 }
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock

@@ -162,12 +162,7 @@ pub(crate) fn s12_sentinel_masters(mode: Mode) -> Result<(), Failed> {
 
     s.say(format!("all: {}", report.all()));
     for (i, db) in DBS.iter().enumerate() {
-        let mine: Vec<Sample> = report
-            .samples
-            .iter()
-            .filter(|x| usize::from(x.path) == i)
-            .cloned()
-            .collect();
+        let mine = report.of_path(i);
         let acked = mine.iter().filter(|x| x.outcome == Outcome::Ok).count() as u64;
         let on_new = counter_at(new_ports[i]);
         let lost = acked.saturating_sub(on_new);

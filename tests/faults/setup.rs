@@ -98,18 +98,40 @@ pub(crate) struct Setup {
 
 impl Setup {
     pub(crate) fn start(name: &str, dbs: &[DbSpec]) -> Res<Setup> {
-        let so = support::vmod_so()?;
         let dir = support::trial_dir(name)?;
         let redis = Redis::start(&dir)?;
-        let varnish = Varnish::start(&dir, &vcl(&so, redis.port, dbs, "boot"))?;
+        Setup::in_front_of(name, &dir, redis, dbs)
+    }
+
+    /// [`Setup::start`] with Redis on TLS: every database reaches its TLS
+    /// port (`tls = true`), verified against the CA that signed its
+    /// certificate.
+    pub(crate) fn start_tls(name: &str, dbs: &[DbSpec]) -> Res<Setup> {
+        let dir = support::trial_dir(name)?;
+        let redis = Redis::start_tls(&dir)?;
+        let ca = redis.tls.as_ref().map(|tls| tls.ca.clone());
+        let dbs: Vec<DbSpec> = dbs
+            .iter()
+            .map(|db| DbSpec {
+                tls_cafile: ca.clone(),
+                ..db.clone()
+            })
+            .collect();
+        Setup::in_front_of(name, &dir, redis, &dbs)
+    }
+
+    /// varnishd from `dir` with the VCL of `dbs` in front of `redis`.
+    fn in_front_of(name: &str, dir: &Path, redis: Redis, dbs: &[DbSpec]) -> Res<Setup> {
+        let so = support::vmod_so()?;
+        let varnish = Varnish::start(dir, &vcl(&so, redis.vmod_port(), dbs, "boot"))?;
         // One request through every path first, so that what Varnish opens
         // lazily is open before the baseline is taken.
         for db in dbs {
             let _ = http_get(varnish.port, &format!("/{}/stats", db.name));
         }
         thread::sleep(Duration::from_millis(200));
-        let idle = varnish.snapshot(redis.port);
-        Setup::started(name, &dir, redis, varnish, idle)
+        let idle = varnish.snapshot(&redis);
+        Setup::started(name, dir, redis, varnish, idle)
     }
 
     /// varnishd from `dir` with the VCL `text`, in front of `redis` and
@@ -190,7 +212,7 @@ impl Setup {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        self.varnish.snapshot(self.redis.port)
+        self.varnish.snapshot(&self.redis)
     }
 
     /// Runs `load`, applies `disrupt` to Redis `at` s into it and `restore`

@@ -9,8 +9,8 @@
 //! logged with its start, end and value, every write with its start and
 //! acknowledgement; then each read is checked against the history.
 use super::staleness_history::{
-    check_history, checker_self_test, key_set, staleness_bound, History, Read, Reset, Write,
-    ALL_KEYS,
+    check_history, checker_self_test, expiry_bound, key_set, staleness_bound, History, Read, Reset,
+    Write, ALL_KEYS,
 };
 use super::*;
 use parking_lot::Mutex;
@@ -45,9 +45,24 @@ pub(crate) fn key_names() -> Vec<String> {
     (0..KEYS).map(|key| format!("st{key}")).collect()
 }
 
-/// A write straight to Redis: `SET fault:<key> <value>`, true when Redis
-/// said OK. Each writer keeps its own state (a connection).
-pub(crate) type DirectWrite = Box<dyn FnMut(&str, &str) -> bool + Send>;
+/// A write straight to Redis: `SET fault:<key> <value>` (with `PX` when
+/// given a TTL), true when Redis said OK. Each writer keeps its own state
+/// (a connection).
+pub(crate) type DirectWrite = Box<dyn FnMut(&str, &str, Option<Duration>) -> bool + Send>;
+
+/// `SET fault:<key> <value>`, and `PX <ms>` for a TTL.
+pub(crate) fn set_args(key: &str, value: &str, ttl: Option<Duration>) -> Vec<String> {
+    let mut args = vec!["SET".to_string(), format!("fault:{key}"), value.to_string()];
+    if let Some(ttl) = ttl {
+        args.extend(["PX".to_string(), ttl.as_millis().to_string()]);
+    }
+    args
+}
+
+/// The TTLs of [`StaleTarget::expiring`] writes: 50 to 500 ms, both
+/// sides of the tracking heartbeat (50 ms) and of the bound on an
+/// unproven link (250 ms).
+const TTLS_MS: std::ops::RangeInclusive<u64> = 50..=500;
 
 /// Where the load of a staleness trial goes.
 pub(crate) struct StaleTarget {
@@ -65,6 +80,9 @@ pub(crate) struct StaleTarget {
     /// another Varnish: a write through this one would tell it where the
     /// key lives now (`MOVED`), which the cache must know without.
     pub(crate) absent: Vec<usize>,
+    /// Every write (version 0 too) gives its key a TTL within [`TTLS_MS`],
+    /// and goes straight to Redis: the key expires with no write.
+    pub(crate) expiring: bool,
 }
 
 impl StaleTarget {
@@ -81,6 +99,7 @@ impl StaleTarget {
             read_path,
             direct: direct_to(Arc::new(redis_port.into())),
             absent: Vec::new(),
+            expiring: false,
         }
     }
 }
@@ -91,7 +110,7 @@ pub(crate) fn direct_to(port: Arc<std::sync::atomic::AtomicU16>) -> Box<dyn Fn()
     Box::new(move || {
         let port = port.clone();
         let mut conn: Option<(u16, RedisConn)> = None;
-        Box::new(move |key, value| {
+        Box::new(move |key, value, ttl| {
             let now = port.load(Ordering::Relaxed);
             let mut this = match conn.take() {
                 Some((at, c)) if at == now => c,
@@ -100,8 +119,9 @@ pub(crate) fn direct_to(port: Arc<std::sync::atomic::AtomicU16>) -> Box<dyn Fn()
                     Err(_) => return false,
                 },
             };
-            let name = format!("fault:{key}");
-            let ok = this.cmd(&["SET", &name, value]).ok();
+            let args = set_args(key, value, ttl);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let ok = this.cmd(&args).ok();
             let acked = ok.as_deref() == Some("+OK");
             if ok.is_some() {
                 conn = Some((now, this));
@@ -153,15 +173,19 @@ impl StaleLoad {
                 if absent.contains(&key) {
                     continue;
                 }
-                if !direct(name, "0") {
+                // An expiring version 0 is judged by when it was written.
+                let ttl = target.expiring.then(|| ttl_of(key as u64));
+                let start = if ttl.is_some() { clock.now() } else { 0 };
+                if !direct(name, "0", ttl) {
                     return Err(format!("SET fault:{name} 0 not acknowledged"));
                 }
                 h.writes.push(Write {
                     key,
                     version: 0,
-                    start: 0,
-                    end: 0,
+                    start,
+                    end: if ttl.is_some() { clock.now() } else { 0 },
                     acked: true,
+                    ttl: ttl.map(|ttl| ttl.as_micros() as u64),
                 });
             }
         }
@@ -191,6 +215,7 @@ impl StaleLoad {
             let (paused, writing) = (paused.clone(), writing.clone());
             let (absent, absent_open) = (absent.clone(), absent_open.clone());
             let direct = (target.direct)();
+            let expiring = target.expiring;
             threads.push(
                 thread::Builder::new()
                     .name(format!("writer-{w}"))
@@ -201,6 +226,7 @@ impl StaleLoad {
                             writing: &writing,
                             absent: &absent,
                             absent_open: &absent_open,
+                            expiring,
                         };
                         writer(port, direct, &keys, w, &clock, &history, &gate)
                     })
@@ -320,9 +346,10 @@ impl StaleLoad {
         }
         s.check(verdict.failures.is_empty(), || {
             format!(
-                "{} read(s) stale past {} ms or of a value never written (first: {})",
+                "{} read(s) stale past {} ms, served past their expiry by more than {} ms, or of a value never written (first: {})",
                 verdict.failures.len(),
                 staleness_bound().as_millis(),
+                expiry_bound().as_millis(),
                 verdict.failures.first().cloned().unwrap_or_default()
             )
         });
@@ -508,7 +535,7 @@ fn reader(
     h.bad_status += bad_status;
 }
 
-/// When a writer may write.
+/// When and how a writer writes.
 struct Gate<'a> {
     stop: &'a AtomicBool,
     paused: &'a AtomicBool,
@@ -517,11 +544,20 @@ struct Gate<'a> {
     /// Keys not written until `absent_open`, then only directly.
     absent: &'a [usize],
     absent_open: &'a AtomicBool,
+    /// [`StaleTarget::expiring`].
+    expiring: bool,
+}
+
+/// A TTL within [`TTLS_MS`], spread by `seed`.
+fn ttl_of(seed: u64) -> Duration {
+    let span = TTLS_MS.end() - TTLS_MS.start() + 1;
+    Duration::from_millis(TTLS_MS.start() + seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) % span)
 }
 
 /// Writes the keys `w`, `w + WRITERS`... in turn, each a new version,
 /// one write in two through Varnish and the other directly (the absent
-/// keys only directly, once they may be written).
+/// keys, and expiring ones, only directly; the absent once they may be
+/// written).
 fn writer(
     port: u16,
     mut direct: DirectWrite,
@@ -555,9 +591,12 @@ fn writer(
         }
         versions[i] += 1;
         let version = versions[i];
+        let ttl = gate
+            .expiring
+            .then(|| ttl_of(key as u64 * 1_000_003 + version));
         let start = clock.now();
-        let acked = if turn % 2 == 0 || absent {
-            direct(&names[key], &version.to_string())
+        let acked = if turn % 2 == 0 || absent || ttl.is_some() {
+            direct(&names[key], &version.to_string(), ttl)
         } else {
             let path = format!("/db/put/{}/{version}", names[key]);
             let result = match through.as_mut() {
@@ -586,6 +625,7 @@ fn writer(
             start,
             end,
             acked,
+            ttl: ttl.map(|ttl| ttl.as_micros() as u64),
         });
         turn += 1;
         // After a failure, a pause: a write that may still be applied
@@ -599,10 +639,19 @@ fn writer(
     history.lock().writes.extend(writes);
 }
 
-/// `CLIENT KILL` of the connections in tracking mode (flag `t`).
+/// `CLIENT KILL` of the connections in tracking mode.
 fn kill_tracking_connections(port: u16) -> Res<usize> {
+    let ids = tracking_connections(port)?;
+    for id in &ids {
+        redis_cmd(port, None, &["CLIENT", "KILL", "ID", id]).map_err(|e| e.to_string())?;
+    }
+    Ok(ids.len())
+}
+
+/// The ids of the connections in tracking mode (flag `t`).
+pub(crate) fn tracking_connections(port: u16) -> Res<Vec<String>> {
     let list = redis_cmd(port, None, &["CLIENT", "LIST"]).map_err(|e| e.to_string())?;
-    let ids: Vec<String> = list
+    Ok(list
         .lines()
         .filter(|l| {
             l.split_whitespace()
@@ -614,11 +663,7 @@ fn kill_tracking_connections(port: u16) -> Res<usize> {
                 .find_map(|f| f.strip_prefix("id="))
                 .map(str::to_string)
         })
-        .collect();
-    for id in &ids {
-        redis_cmd(port, None, &["CLIENT", "KILL", "ID", id]).map_err(|e| e.to_string())?;
-    }
-    Ok(ids.len())
+        .collect())
 }
 
 /// The near cache's counters (`/db/near-cache`).

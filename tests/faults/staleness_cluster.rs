@@ -48,6 +48,7 @@ pub(crate) fn s13_near_cache_staleness_scale_out(mode: Mode) -> Result<(), Faile
         read_path: |_| "/db/get/",
         direct: cluster_direct(m0),
         absent: absent.clone(),
+        expiring: false,
     })?;
     load.sleep_until(CHANGE_AT);
     let meeting = load.at();
@@ -103,6 +104,7 @@ pub(crate) fn s13_near_cache_staleness_slot_takeover(mode: Mode) -> Result<(), F
         read_path: |_| "/db/get/",
         direct: cluster_direct(m0),
         absent: Vec::new(),
+        expiring: false,
     })?;
     load.sleep_until(CHANGE_AT);
     load.pause_writes();

@@ -11,6 +11,16 @@ pub(crate) fn staleness_bound() -> Duration {
     Duration::from_millis(env_u64("FAULTS_STALENESS_MS", 300))
 }
 
+/// How late past its key's expiry a read may still return the value:
+/// the near cache serves an entry until the expiry its fill's `PTTL`
+/// gives, at most 1 ms (the unit of `PTTL` and of `SET ... PX`) past
+/// Redis's own, itself up to 1 ms past the time set (a key expires once
+/// the clock's millisecond is past it). `FAULTS_EXPIRY_MS` overrides it
+/// (default 5).
+pub(crate) fn expiry_bound() -> Duration {
+    Duration::from_millis(env_u64("FAULTS_EXPIRY_MS", 5))
+}
+
 /// One write of `version` to key `key`; times in µs since the load began.
 #[derive(Clone, Copy)]
 pub(crate) struct Write {
@@ -21,6 +31,16 @@ pub(crate) struct Write {
     pub(crate) end: u64,
     /// Redis said OK: the value is there from `end` on at the latest.
     pub(crate) acked: bool,
+    /// The TTL it set (µs; `SET ... PX`): the value is gone `ttl` after
+    /// Redis ran the write, between `start + ttl` and `end + ttl`.
+    pub(crate) ttl: Option<u64>,
+}
+
+impl Write {
+    /// The latest the value can have expired.
+    fn expired_by(&self) -> Option<u64> {
+        self.ttl.map(|ttl| self.end + ttl)
+    }
 }
 
 /// Something that empties keys: every key (`FLUSHALL`, a restart), or
@@ -72,12 +92,13 @@ pub(crate) struct History {
 
 impl History {
     /// Every event, one a line, in time order: `W key version start end
-    /// acked`, `F start end keys` (a reset, keys a bit mask), `R key start end value`.
+    /// acked ttl` (`-`: none), `F start end keys` (a reset, keys a bit mask), `R key start end value`.
     pub(crate) fn dump(&self) -> String {
         let mut lines: Vec<(u64, String)> = Vec::new();
         for w in &self.writes {
+            let ttl = w.ttl.map_or("-".to_string(), |ttl| ttl.to_string());
             let line = format!(
-                "W {} {} {} {} {}",
+                "W {} {} {} {} {} {ttl}",
                 w.key, w.version, w.start, w.end, w.acked
             );
             lines.push((w.start, line));
@@ -147,6 +168,11 @@ pub(crate) struct Verdict {
     pub(crate) failures: Vec<String>,
     /// Reads of a value whose write was not acknowledged.
     pub(crate) unjudged: usize,
+    /// Reads of an expiring value (a write with a TTL), and how late past
+    /// the latest its key can have expired each read that returned it
+    /// began (µs), for every such read.
+    pub(crate) expiring_reads: usize,
+    pub(crate) past_expiry: Vec<u64>,
 }
 
 impl Verdict {
@@ -172,7 +198,7 @@ impl Verdict {
             }
             w[((w.len() as f64 * p).ceil() as usize).clamp(1, w.len()) - 1] as f64 / 1000.0
         };
-        format!(
+        let mut summary = format!(
             "staleness windows (read began after the overwrite was acknowledged, old value returned): {} reads; p50 {:.2} ms, p99 {:.2} ms, worst {:.2} ms (bound {} ms); the worst: {}; {} reads of a value whose write was not acknowledged not judged",
             w.len(),
             pct(0.5),
@@ -181,7 +207,17 @@ impl Verdict {
             staleness_bound().as_millis(),
             worst.join(", "),
             self.unjudged
-        )
+        );
+        if self.expiring_reads > 0 {
+            summary.push_str(&format!(
+                "; {} reads of an expiring value, {} of them begun past its expiry, the latest by {:.2} ms (bound {} ms)",
+                self.expiring_reads,
+                self.past_expiry.len(),
+                self.past_expiry.iter().max().map_or(0.0, |&x| x as f64 / 1000.0),
+                expiry_bound().as_millis()
+            ));
+        }
+        summary
     }
 }
 
@@ -190,7 +226,10 @@ impl Verdict {
 /// write ended (one that began before may have come first); nil is
 /// overwritten by the first acknowledged write that began after the last
 /// reset of the key that began before the read ended. A read is stale by how long before its
-/// start that was.
+/// start that was. A value written with a TTL is emptied by its expiry,
+/// a reset of its key (unless the next version was there before it could
+/// expire), and no read that begins more than [`expiry_bound`] past the
+/// latest it can have expired returns it.
 pub(crate) fn check_history(h: &History) -> Verdict {
     let mut by_key: Vec<Vec<Write>> = vec![Vec::new(); KEYS];
     for w in &h.writes {
@@ -199,10 +238,14 @@ pub(crate) fn check_history(h: &History) -> Verdict {
     for writes in &mut by_key {
         writes.sort_by_key(|w| w.version);
     }
+    let mut resets = h.resets.clone();
+    resets.extend(by_key.iter().flat_map(|writes| expiries(writes)));
     let mut verdict = Verdict {
         windows: Vec::new(),
         failures: Vec::new(),
         unjudged: 0,
+        expiring_reads: 0,
+        past_expiry: Vec::new(),
     };
     for read in &h.reads {
         let writes = &by_key[read.key];
@@ -223,13 +266,29 @@ pub(crate) fn check_history(h: &History) -> Verdict {
                     verdict.unjudged += 1;
                     continue;
                 }
+                if let Some(expired) = write.expired_by() {
+                    verdict.expiring_reads += 1;
+                    if read.start > expired {
+                        let late = read.start - expired;
+                        verdict.past_expiry.push(late);
+                        if late > expiry_bound().as_micros() as u64 {
+                            verdict.failures.push(format!(
+                                "key {} read {v} at {:.3} s (answered at {:.3} s){}, {:.1} ms past its expiry",
+                                read.key,
+                                read.start as f64 / 1e6,
+                                read.end as f64 / 1e6,
+                                any_server(read),
+                                late as f64 / 1000.0
+                            ));
+                        }
+                    }
+                }
                 let by_write = writes
                     .iter()
                     .filter(|w| w.version > v && w.acked)
                     .map(|w| w.end)
                     .min();
-                let by_reset = h
-                    .resets
+                let by_reset = resets
                     .iter()
                     .filter(|r| r.covers(read.key) && r.start > write.end)
                     .map(|r| r.end)
@@ -237,8 +296,7 @@ pub(crate) fn check_history(h: &History) -> Verdict {
                 by_write.into_iter().chain(by_reset).min()
             }
             None => {
-                let Some(reset) = h
-                    .resets
+                let Some(reset) = resets
                     .iter()
                     .filter(|r| r.covers(read.key) && r.start < read.end)
                     .max_by_key(|r| r.end)
@@ -269,16 +327,42 @@ pub(crate) fn check_history(h: &History) -> Verdict {
                 read.value.map_or("nil".to_string(), |v| v.to_string()),
                 read.start as f64 / 1e6,
                 read.end as f64 / 1e6,
-                if read.any_server {
-                    " with execute(false)"
-                } else {
-                    ""
-                },
+                any_server(read),
                 window as f64 / 1000.0
             ));
         }
     }
     verdict
+}
+
+/// How a failure line says a read may have been served by a replica.
+fn any_server(read: &Read) -> &'static str {
+    if read.any_server {
+        " with execute(false)"
+    } else {
+        ""
+    }
+}
+
+/// The expiries of one key's writes (in version order), as resets of the
+/// key: each may have come between `start + ttl` and `end + ttl`, unless
+/// the next version was written before.
+fn expiries(writes: &[Write]) -> Vec<Reset> {
+    writes
+        .iter()
+        .enumerate()
+        .filter_map(|(at, w)| {
+            let ttl = w.ttl?;
+            let overwritten = writes[at + 1..]
+                .iter()
+                .any(|next| next.acked && next.end < w.start + ttl);
+            (!overwritten).then(|| Reset {
+                start: w.start + ttl,
+                end: w.end + ttl,
+                keys: key_set(&[w.key]),
+            })
+        })
+        .collect()
 }
 
 /// The checker on a made-up history: it must flag exactly the planted
@@ -294,6 +378,7 @@ pub(crate) fn checker_self_test() -> Res<()> {
         start,
         end,
         acked: true,
+        ttl: None,
     };
     let read = |key, start, value| Read {
         key,
@@ -403,6 +488,46 @@ pub(crate) fn checker_self_test() -> Res<()> {
     if (before, after) != (2, 1) {
         return Err(format!(
             "the staleness checker flags {before} and {after} reads of a lagging replica's made-up history, before and after as_replica_held, not 2 and 1"
+        ));
+    }
+    // Expiring values: key 0's version 1 expires by 101 ms; key 1's
+    // version 1 was overwritten before it could expire.
+    let expiry = expiry_bound().as_micros() as u64;
+    let expiring = |key, version, start, end, ttl| Write {
+        ttl: Some(ttl),
+        ..write(key, version, start, end)
+    };
+    let expiring = History {
+        writes: vec![
+            expiring(0, 1, 0, ms, 100 * ms),
+            write(0, 2, 200 * ms, 201 * ms),
+            expiring(1, 1, 0, ms, 100 * ms),
+            expiring(1, 2, 50 * ms, 51 * ms, 1000 * ms),
+        ],
+        reads: vec![
+            read(0, 50 * ms, Some(1)),
+            // Past its expiry, within the bound.
+            read(0, 101 * ms + expiry / 2, Some(1)),
+            // Past the bound: flagged.
+            read(0, 101 * ms + expiry + ms, Some(1)),
+            // Nil once expired; stale once version 2 is there.
+            read(0, 120 * ms, None),
+            read(0, 201 * ms + over, None),
+            read(1, 150 * ms, Some(2)),
+            // Version 2 never expired by then: never emptied.
+            read(1, 150 * ms, None),
+        ],
+        ..History::default()
+    };
+    let verdict = check_history(&expiring);
+    if verdict.failures.len() != 3 || verdict.expiring_reads != 4 || verdict.past_expiry.len() != 2
+    {
+        return Err(format!(
+            "the staleness checker flags {} reads of a made-up history of expiring values, not 3, and counts {} reads of them, {} past their expiry, not 4 and 2: {:?}",
+            verdict.failures.len(),
+            verdict.expiring_reads,
+            verdict.past_expiry.len(),
+            verdict.failures
         ));
     }
     Ok(())

@@ -112,6 +112,7 @@ pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed
         read_path: |r| if r % 2 == 0 { "/db/get/" } else { "/db/rget/" },
         direct: direct_to(direct_port.clone()),
         absent: Vec::new(),
+        expiring: false,
     })?;
     load.sleep_until(FAILOVER_AT);
     load.pause_writes();
@@ -169,8 +170,9 @@ pub(crate) fn s13_near_cache_staleness_failover(mode: Mode) -> Result<(), Failed
 /// (a connection per write).
 pub(crate) fn cluster_direct(seed: u16) -> Box<dyn Fn() -> DirectWrite> {
     Box::new(move || {
-        Box::new(move |key, value| {
-            let name = format!("fault:{key}");
+        Box::new(move |key, value, ttl| {
+            let set = set_args(key, value, ttl);
+            let set: Vec<&str> = set.iter().map(String::as_str).collect();
             let (mut port, mut asking) = (seed, false);
             for _ in 0..5 {
                 let Ok(mut conn) = RedisConn::open(port) else {
@@ -179,7 +181,7 @@ pub(crate) fn cluster_direct(seed: u16) -> Box<dyn Fn() -> DirectWrite> {
                 if asking && conn.cmd(&["ASKING"]).is_err() {
                     return false;
                 }
-                let reply = match conn.cmd(&["SET", &name, value]) {
+                let reply = match conn.cmd(&set) {
                     Ok(reply) => reply,
                     Err(_) => return false,
                 };
@@ -228,6 +230,7 @@ pub(crate) fn s13_near_cache_staleness_resharding(mode: Mode) -> Result<(), Fail
         read_path: |_| "/db/get/",
         direct: cluster_direct(m0),
         absent: Vec::new(),
+        expiring: false,
     })?;
     load.sleep_until(RESHARD_AT);
     let started = load.at();

@@ -100,8 +100,15 @@ impl Varnish {
         }
     }
 
-    pub(crate) fn snapshot(&self, redis_port: u16) -> Snapshot {
-        Snapshot::take(self.varnishd.child_pid, redis_port)
+    /// The child against `redis`: its sockets to the port the VMOD
+    /// reaches, Redis's clients (asked on its plain port).
+    pub(crate) fn snapshot(&self, redis: &Redis) -> Snapshot {
+        let pid = self.varnishd.child_pid;
+        let mut snap = Snapshot::take(pid, redis.port);
+        if redis.tls.is_some() {
+            snap.redis_fds = tcp_inodes_count(pid, redis.vmod_port());
+        }
+        snap
     }
 
     /// The checks that follow every scenario: no panic, no restart.

@@ -40,6 +40,11 @@ pub(crate) struct DbSpec {
     pub(crate) password: &'static str,
     /// `protocol` (empty: the default, no `HELLO`).
     pub(crate) protocol: &'static str,
+    /// `connection_ttl` s (0: none).
+    pub(crate) connection_ttl: u32,
+    /// `tls = true` with this `tls_cafile` (the port given to [`vcl`] is
+    /// then Redis's TLS port): see [`Setup::start_tls`].
+    pub(crate) tls_cafile: Option<PathBuf>,
 }
 
 impl DbSpec {
@@ -56,6 +61,8 @@ impl DbSpec {
             near_cache: 0,
             password: "",
             protocol: "",
+            connection_ttl: 0,
+            tls_cafile: None,
         }
     }
 
@@ -71,12 +78,12 @@ impl DbSpec {
 
 pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> String {
     let mut v = format!(
-        "vcl 4.1;\n# {comment}\nimport redis from \"{}\";\nbackend default none;\n\nsub vcl_init {{\n",
+        "vcl 4.1;\n# {comment}\nimport redis from \"{}\";\nimport std;\nbackend default none;\n\nsub vcl_init {{\n",
         so.display()
     );
     for db in dbs {
         v.push_str(&format!(
-            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{}{}{});\n",
+            "    new {} = redis.db(location = \"127.0.0.1:{redis_port}\", type = {},\n        shared_connections = {}, max_connections = {},\n        connection_timeout = {}, command_timeout = {},\n        max_command_retries = {}, sickness_ttl = {}{}{}{}{}{}{});\n",
             db.name,
             if db.cluster { "cluster" } else { "master" },
             db.mode.shared(),
@@ -104,6 +111,15 @@ pub(crate) fn vcl(so: &Path, redis_port: u16, dbs: &[DbSpec], comment: &str) -> 
                 String::new()
             } else {
                 format!(", protocol = {}", db.protocol)
+            },
+            if db.connection_ttl > 0 {
+                format!(", connection_ttl = {}", db.connection_ttl)
+            } else {
+                String::new()
+            },
+            match &db.tls_cafile {
+                Some(ca) => format!(", tls = true, tls_cafile = \"{}\"", ca.display()),
+                None => String::new(),
             }
         ));
     }
@@ -180,6 +196,11 @@ sub vcl_synth {
             // 10 ms of Redis's time in a script: a command that may share
             // a pipelined connection (DEBUG, an admin command, never does).
             "        if (req.url ~ \"^/{n}/slow/\") {{\n            {n}.command(\"EVAL\");\n            {n}.push({{\"{SLOW_SCRIPT}\"}});\n            {n}.push(\"0\");\n            {n}.execute();\n{record}        }}\n"
+        ));
+        v.push_str(&format!(
+            // `/<db>/ping-within/<ms>`: a PING with a deadline of its own
+            // (`.timeout()`), beside commands on the database's.
+            "        if (req.url ~ \"^/{n}/ping-within/\") {{\n            {n}.command(\"PING\");\n            {n}.timeout(std.integer(regsub(req.url, \"^.*/\", \"\"), 0));\n            {n}.execute();\n{record}        }}\n"
         ));
         v.push_str(&format!(
             // The failover trials count the acknowledged writes.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::fence::FenceToken;
+use super::opening::{Landed, Opened, Opening};
 use super::state::{Read, State};
 use super::waiter::Waiter;
 use super::Multiplexed;
@@ -17,24 +18,42 @@ use crate::protocol::Reply;
 use crate::stats::Stats;
 
 /// How the worker that drives gets the connection when nothing is in
-/// flight on it: its request's bounds for the server's manager.
-pub(super) struct Checkout<'m, E> {
-    pub(super) manager: &'m dyn ManageConnection<Error = E>,
-    /// The end of the whole command, for opening a connection.
-    pub(super) open_by: Option<Instant>,
-    /// The request's timeout, for preparing one.
+/// flight on it.
+pub(super) struct Checkout<'m, M> {
+    pub(super) manager: &'m Arc<M>,
+    /// The request's timeout, for preparing the idle connection (nothing
+    /// is sent on one prepared already).
     pub(super) timeout: Option<Duration>,
+    /// The bound of a new connection's handshake and preparation: the
+    /// connection's own (the database's command timeout), not the
+    /// request's (`opening.rs`).
+    pub(super) open_timeout: Option<Duration>,
+}
+
+/// Where the connection to drive is, as `check_out` finds it.
+enum Found<E> {
+    /// The connection still owed replies: this one, whatever its age.
+    Busy(Connection),
+    /// None is open but the idle one, if any.
+    Idle(Option<Connection>),
+    /// An opening is under way.
+    Opening,
+    Opened(Landed<E>),
 }
 
 impl Multiplexed {
     /// Writes what is queued and reads replies, putting each in its place,
     /// until `mine` has its reply; then passes the driving on.
-    pub(super) fn drive<E: fmt::Display>(
+    pub(super) fn drive<M>(
         &self,
         mine: &Arc<Waiter>,
         stats: &Stats,
-        checkout: &Checkout<'_, E>,
-    ) -> Result<Reply, RequestError<E>> {
+        checkout: &Checkout<'_, M>,
+    ) -> Result<Reply, RequestError<M::Error>>
+    where
+        M: ManageConnection + Send + Sync + 'static,
+        M::Error: Send + 'static,
+    {
         mine.start_driving();
         let mut conn = self.check_out(mine, checkout)?;
         let mut released = Vec::new();
@@ -65,58 +84,134 @@ impl Multiplexed {
         }
     }
 
-    /// The connection to drive: the one still owed replies, else the one
-    /// the manager checks out (the idle one if still usable, else a new
-    /// one). A failed connect fails the requests queued behind `mine`.
-    fn check_out<E: fmt::Display>(
+    /// The connection to drive: the one still owed replies, else the idle
+    /// one if still usable, else a new one, opened on a thread of its own
+    /// (`opening.rs`) that this worker waits for within its deadline, then
+    /// leaves to the next worker waiting. A failed opening fails the
+    /// requests queued for it.
+    fn check_out<M>(
         &self,
         mine: &Arc<Waiter>,
-        checkout: &Checkout<'_, E>,
-    ) -> Result<Connection, RequestError<E>> {
-        let (idle, quiet) = {
-            let mut state = self.state.lock();
-            (state.conn.take(), state.in_flight.is_empty())
-        };
-        let idle_created = idle.as_ref().map(Connection::created);
-        let checked_out = match idle {
-            // Replies still owed: this connection, whatever its age.
-            Some(conn) if !quiet => Ok(conn),
-            idle => {
-                let Checkout {
-                    manager,
-                    open_by,
-                    timeout,
-                } = checkout;
-                manager.checkout(&mut idle.into_iter(), *open_by, *timeout)
-            }
-        };
-        match checked_out {
-            Ok(conn) => {
-                if idle_created != Some(conn.created()) {
-                    let mut state = self.state.lock();
-                    *self.prepared.lock() = conn.prepared().clone();
-                    state.identity = conn.prepared().identity().cloned();
-                }
-                Ok(conn)
-            }
-            Err(err) => {
-                // The requests queued behind this one fail with it: the
-                // next of them to be retried connects again.
+        checkout: &Checkout<'_, M>,
+    ) -> Result<Connection, RequestError<M::Error>>
+    where
+        M: ManageConnection + Send + Sync + 'static,
+        M::Error: Send + 'static,
+    {
+        let manager = checkout.manager;
+        loop {
+            let found = {
                 let mut state = self.state.lock();
-                state.unsent.clear();
-                for (waiter, _) in std::mem::take(&mut state.unsent_waiters) {
-                    if !Arc::ptr_eq(&waiter, mine) {
-                        let failure = io::Error::new(
-                            io::ErrorKind::NotConnected,
-                            format!("connecting failed: {err}"),
-                        );
-                        waiter.fail(Failure::Io(failure));
+                match &state.opening {
+                    Some(pending) => {
+                        let opening = Opening::of(pending).expect("one error type per multiplexer");
+                        match opening.poll() {
+                            Some(opened) => {
+                                state.opening = None;
+                                Found::Opened(opened)
+                            }
+                            None => Found::Opening,
+                        }
+                    }
+                    None if state.in_flight.is_empty() => Found::Idle(state.conn.take()),
+                    None => Found::Busy(state.conn.take().expect("replies owed on a connection")),
+                }
+            };
+            match found {
+                Found::Busy(conn) => return Ok(conn),
+                Found::Idle(idle) => {
+                    if let Some(conn) = idle.and_then(|mut conn| {
+                        manager.is_usable(&mut conn, Instant::now()).then_some(conn)
+                    }) {
+                        return self.prepare_idle(&**manager, conn, checkout.timeout);
+                    }
+                    // A server in its reconnect spacing fails at once,
+                    // with no thread started.
+                    if let Err(err) = manager.may_open() {
+                        return Err(self.fail_queued(mine, err));
+                    }
+                    let opening = Opening::start(manager, checkout.open_timeout);
+                    self.state.lock().opening = Some(opening);
+                }
+                Found::Opening => {
+                    if mine.due() {
+                        return Err(self.leave_opening(mine));
+                    }
+                    match mine.deadline {
+                        None => std::thread::park(),
+                        Some(deadline) => std::thread::park_timeout(
+                            deadline.saturating_duration_since(Instant::now()),
+                        ),
                     }
                 }
-                self.pass_driving(&mut state, None);
-                Err(RequestError::Connect(err))
+                Found::Opened(Landed { opened, orphan }) => match opened {
+                    // Just opened for the requests waiting: theirs, though
+                    // one of them timed out meanwhile. One that waited
+                    // with nobody driving is checked as an idle one.
+                    Opened::Connected(mut conn) => {
+                        if !orphan || manager.is_usable(&mut conn, Instant::now()) {
+                            let mut state = self.state.lock();
+                            *self.prepared.lock() = conn.prepared().clone();
+                            state.identity = conn.prepared().identity().cloned();
+                            return Ok(conn);
+                        }
+                    }
+                    // Of another time: this request opens its own.
+                    Opened::Failed(_) if orphan => {}
+                    Opened::Failed(err) => return Err(self.fail_queued(mine, err)),
+                    Opened::Lost => {
+                        let lost = || io::Error::other("opening the connection failed (no thread)");
+                        let mut state = self.state.lock();
+                        fail_unsent(&mut state, mine, &lost().to_string());
+                        self.pass_driving(&mut state, None);
+                        return Err(RequestError::Failed(Failure::Io(lost())));
+                    }
+                },
             }
         }
+    }
+
+    /// The idle connection, prepared (nothing is sent on one prepared
+    /// already; `READONLY` once a cluster master became a replica) within
+    /// this request's `timeout`: a failure (the connection is dropped)
+    /// costs this request alone, the next driver opens a new one.
+    fn prepare_idle<M>(
+        &self,
+        manager: &M,
+        conn: Connection,
+        timeout: Option<Duration>,
+    ) -> Result<Connection, RequestError<M::Error>>
+    where
+        M: ManageConnection,
+    {
+        manager.prepare(conn, timeout, None).map_err(|err| {
+            let mut state = self.state.lock();
+            self.pass_driving(&mut state, None);
+            RequestError::Connect(err)
+        })
+    }
+
+    /// No connection for the requests queued: they fail with `err` (the
+    /// next of them to be retried connects again); this driver's is the
+    /// manager's error.
+    fn fail_queued<E: fmt::Display>(&self, mine: &Arc<Waiter>, err: E) -> RequestError<E> {
+        let mut state = self.state.lock();
+        fail_unsent(&mut state, mine, &err.to_string());
+        self.pass_driving(&mut state, None);
+        RequestError::Connect(err)
+    }
+
+    /// This driver's deadline passed while the connection is being
+    /// opened: the next worker waiting takes the driving, and waits for
+    /// the opening in turn (if none, the next to come).
+    fn leave_opening<E: Send + 'static>(&self, mine: &Arc<Waiter>) -> RequestError<E> {
+        let mut state = self.state.lock();
+        mine.abandon();
+        if let Some(opening) = state.opening.as_ref().and_then(Opening::<E>::of) {
+            opening.leave();
+        }
+        self.pass_driving(&mut state, None);
+        RequestError::Late(Failure::Timeout)
     }
 
     /// Writes the requests queued so far, a fence after them (nothing if
@@ -156,8 +251,12 @@ impl Multiplexed {
         mine: &Arc<Waiter>,
     ) -> RequestError<E> {
         mine.abandon();
+        let late = mine.late_only(state.replies);
         if self.pass_driving(state, Some(conn)) {
-            RequestError::Collateral(Failure::Timeout)
+            match late {
+                true => RequestError::Late(Failure::Timeout),
+                false => RequestError::Collateral(Failure::Timeout),
+            }
         } else {
             // Nobody else waits: the connection, which still owes this
             // reply, was closed.
@@ -290,6 +389,21 @@ fn read_next(
             .read_raw_reply(limit, |bytes| fence.judge(bytes))
             .map(Read::Fence),
         None => conn.read_reply(limit).map(Read::Reply),
+    }
+}
+
+/// Fails the requests queued and not written (but `mine`): no connection
+/// could be opened for them (`why`).
+fn fail_unsent(state: &mut State, mine: &Arc<Waiter>, why: &str) {
+    state.unsent.clear();
+    for (waiter, _) in std::mem::take(&mut state.unsent_waiters) {
+        if !Arc::ptr_eq(&waiter, mine) {
+            let failure = io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("connecting failed: {why}"),
+            );
+            waiter.fail(Failure::Io(failure));
+        }
     }
 }
 

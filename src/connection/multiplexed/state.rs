@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::fence::{FenceReply, FenceToken, Fences};
+use super::opening::Pending;
 use super::waiter::Waiter;
 use crate::connection::{Connection, Failure};
 use crate::protocol::resp::ProtocolError;
@@ -61,6 +62,13 @@ pub(super) struct State {
     pub(super) identity: Option<Arc<str>>,
     /// The tokens of this multiplexer's fences.
     pub(super) fences: Fences,
+    /// A connection being opened, or opened and not yet taken by a
+    /// driver (`opening.rs`); `conn` is `None` meanwhile.
+    pub(super) opening: Option<Pending>,
+    /// Replies (fences too) read on this multiplexer's connections: a
+    /// request that times out while they kept coming was not failed by
+    /// the server ([`Waiter::late_only`]).
+    pub(super) replies: u64,
 }
 
 pub(super) enum InFlight {
@@ -78,21 +86,30 @@ pub(super) enum Read {
 
 impl State {
     /// Moves the queued requests in flight, a fence after them, and
-    /// returns their bytes (empty: nothing to write). Requests abandoned
-    /// before they were written are not written at all.
+    /// returns their bytes (empty: nothing to write). A request abandoned,
+    /// or past its deadline, leaves here unwritten (marked abandoned: its
+    /// worker returns its own timeout): it touches neither the connection
+    /// nor anyone else's request.
+    ///
     /// With the batch, when its write must be over: the last deadline of
-    /// its requests (`None`: one has none). Not the driver's own: a driver
-    /// whose short deadline passed while it waited for the CPU would fail
-    /// every request of the batch, each with seconds left.
+    /// the live requests on the connection, this batch's and those written
+    /// before (`None`: one has none). A write cut short fails them all
+    /// (half a request is on the stream), so none of their deadlines, and
+    /// not the driver's, may end it while another still has time: a
+    /// driver whose short deadline passed while it waited for the CPU
+    /// once failed every request of the batch, each with seconds left.
     pub(super) fn take_batch(&mut self, stats: &Stats) -> (Vec<u8>, Option<Instant>) {
         let mut batch = std::mem::take(&mut self.unsent);
         let mut waiters = std::mem::take(&mut self.unsent_waiters);
-        if waiters.iter().any(|(waiter, _)| waiter.abandoned()) {
+        let now = Instant::now();
+        if waiters.iter().any(|(waiter, _)| !waiter.live_at(now)) {
             let mut live = Vec::with_capacity(batch.len());
             let mut at = 0;
             for (waiter, len) in &waiters {
-                if !waiter.abandoned() {
+                if waiter.live_at(now) {
                     live.extend_from_slice(&batch[at..at + len]);
+                } else {
+                    waiter.abandon();
                 }
                 at += len;
             }
@@ -103,9 +120,12 @@ impl State {
             batch.clear();
             return (batch, None);
         }
+        let live_written = self.written().filter(|waiter| !waiter.abandoned());
         let write_by = waiters
             .iter()
-            .map(|(waiter, _)| waiter.deadline)
+            .map(|(waiter, _)| waiter)
+            .chain(live_written)
+            .map(|waiter| waiter.deadline)
             .try_fold(None, |last: Option<Instant>, deadline| {
                 deadline.map(|deadline| Some(last.map_or(deadline, |last| last.max(deadline))))
             })
@@ -113,11 +133,12 @@ impl State {
         stats.inc(Counter::PipelineBatches);
         stats.add(Counter::PipelineCommands, waiters.len() as u64);
         stats.inc(Counter::batch_size(waiters.len()));
-        self.in_flight.extend(
-            waiters
-                .into_iter()
-                .map(|(waiter, _)| InFlight::Request(waiter)),
-        );
+        let replies = self.replies;
+        self.in_flight
+            .extend(waiters.into_iter().map(|(waiter, _)| {
+                waiter.set_written(replies);
+                InFlight::Request(waiter)
+            }));
         let fence = self.fences.next();
         self.in_flight.push_back(InFlight::Fence(fence));
         fence.pack_into(&mut batch);
@@ -151,6 +172,7 @@ impl State {
         mine: &Arc<Waiter>,
         released: &mut Vec<Arc<Waiter>>,
     ) -> Result<bool, Failure> {
+        self.replies += 1;
         match read {
             Read::Reply(reply) => match self.in_flight.get(self.held) {
                 Some(InFlight::Request(waiter)) => {

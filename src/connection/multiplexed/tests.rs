@@ -5,6 +5,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::fence::Fences;
+use super::state::State;
 use super::*;
 use crate::config::Protocol;
 use crate::connection::{ConnectError, Connector};
@@ -33,9 +34,18 @@ fn run(
 ) -> Result<Reply, RequestError<ConnectError>> {
     let stats = Stats::default();
     let timeout = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
-    let opener = Opener(|| connector.connect(&stats));
-    mux.request(&packed(args), timeout, None, &opener, &stats)
+    mux.request(&packed(args), timeout, None, &opener(connector), &stats)
         .map(|(reply, _)| reply)
+}
+
+/// Opens connections with `connector` (on the multiplexer's opening
+/// thread: hence owned).
+fn opener(
+    connector: &Connector,
+) -> Arc<impl ManageConnection<Error = ConnectError> + Send + Sync + 'static> {
+    let connector = connector.clone();
+    let stats = Stats::default();
+    Arc::new(Opener(move || connector.connect(&stats)))
 }
 
 /// Redis's clients on its socket, `redis-cli` itself excluded.
@@ -104,9 +114,10 @@ fn a_request_past_its_deadline_is_abandoned_alone_and_those_behind_it_get_their_
         assert_eq!(get.unwrap(), Reply::String(b"v".to_vec()));
         assert_eq!(busy.join().unwrap().unwrap(), Reply::Status("OK".into()));
         let slow = slow.join().unwrap();
-        // Its timeout closed nothing.
+        // Its timeout closed nothing, and says nothing of the server: the
+        // busy request's reply came after it was written.
         assert!(
-            matches!(slow, Err(RequestError::Collateral(Failure::Timeout))),
+            matches!(slow, Err(RequestError::Late(Failure::Timeout))),
             "{slow:?}"
         );
     });
@@ -316,13 +327,13 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
     let connector = connector(&redis);
     let mux = Multiplexed::default();
     let stats = Stats::default();
-    let refusing = Opener(|| {
+    let refusing = Arc::new(Opener(|| {
         Err(ConnectError {
             server: "test".into(),
             detail: "refused".into(),
             failure: crate::connection::OpenFailure::Refused,
         })
-    });
+    }));
     let refused = mux
         .request(&packed(&["PING"]), None, None, &refusing, &stats)
         .map(|(reply, _)| reply);
@@ -330,9 +341,8 @@ fn a_failed_connect_fails_the_request_and_the_next_one_connects_again() {
         matches!(refused, Err(RequestError::Connect(_))),
         "{refused:?}"
     );
-    let opener = Opener(|| connector.connect(&stats));
     let ping = mux
-        .request(&packed(&["PING"]), None, None, &opener, &stats)
+        .request(&packed(&["PING"]), None, None, &opener(&connector), &stats)
         .map(|(reply, _)| reply);
     assert_eq!(ping.unwrap(), Reply::Status("PONG".into()));
 }
@@ -414,10 +424,12 @@ fn a_user_without_ping_is_told_that_pipelining_needs_it() {
 #[test]
 fn a_reply_released_by_its_fence_is_taken_before_the_wake_up() {
     use super::fence::FenceReply;
-    use super::state::{Read, State};
+    use super::state::Read;
     let stats = Stats::default();
     let mut state = State::default();
-    let worker = Waiter::new(Some(Instant::now()));
+    // Live when its batch is taken (a request already past its deadline
+    // is not written at all), past its deadline by the time it checks.
+    let worker = Waiter::new(Some(Instant::now() + Duration::from_millis(20)));
     let driver = Waiter::new(None);
     let ping = packed(&["PING"]);
     state.unsent.extend_from_slice(&ping);
@@ -439,6 +451,8 @@ fn a_reply_released_by_its_fence_is_taken_before_the_wake_up() {
     );
     // The driver has dropped the lock, not yet called wake(). The worker,
     // at its deadline, locks the state and checks, as exchange() does:
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(worker.due());
     let seen = worker.take();
     let drives = worker.drives();
     worker.abandon();
@@ -450,5 +464,72 @@ fn a_reply_released_by_its_fence_is_taken_before_the_wake_up() {
         seen.is_some() || drives,
         "the worker saw no reply and no driving: it returned a timeout \
          although its reply was routed before its deadline"
+    );
+}
+
+/// A request whose deadline passed while it was queued, its worker not
+/// yet awake to abandon it, is not written: the batch made of it alone
+/// once got a write deadline in the past, the write failed before any
+/// byte went out, and the requests written before it (here a `DEBUG
+/// SLEEP` with seconds left) failed with it, to be retried (an `INCR`
+/// that had run then ran twice).
+#[test]
+fn a_request_queued_past_its_deadline_is_not_written_and_fails_no_one() {
+    let redis = RedisProcess::start(&[]);
+    let connector = connector(&redis);
+    let mux = Multiplexed::default();
+    std::thread::scope(|scope| {
+        let busy = scope.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            run(&mux, &connector, &["DEBUG", "SLEEP", "0.3"], Some(deadline))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(mux.in_flight(), 1, "the DEBUG SLEEP is written");
+        // Queued behind it, already past its deadline; its worker (this
+        // thread) does not wake to abandon it.
+        let dead = Waiter::new(Some(Instant::now() - Duration::from_millis(1)));
+        let incr = packed(&["INCR", "n"]);
+        {
+            let mut state = mux.state.lock();
+            state.unsent.extend_from_slice(&incr);
+            state.unsent_waiters.push((dead.clone(), incr.len()));
+        }
+        let busy = busy.join().unwrap();
+        assert_eq!(busy.unwrap(), Reply::Status("OK".into()));
+        assert!(dead.abandoned(), "the dead request left the queue");
+        assert!(dead.take().is_none(), "and got nothing");
+    });
+    assert_eq!(redis.cli(&["GET", "n"]), "", "the INCR never ran");
+    let ping = run(&mux, &connector, &["PING"], None).unwrap();
+    assert_eq!(ping, Reply::Status("PONG".into()));
+    assert_eq!(clients(&redis), 1, "one connection all along");
+}
+
+/// The batch's write is bounded by the last deadline of the live
+/// requests on the connection, not by this batch's alone: a write cut
+/// short fails every request written.
+#[test]
+fn a_batch_is_written_within_the_last_deadline_of_the_live_requests() {
+    let stats = Stats::default();
+    let mut state = State::default();
+    let ping = packed(&["PING"]);
+    let later = Instant::now() + Duration::from_secs(5);
+    let soon = Instant::now() + Duration::from_millis(500);
+    let written = Waiter::new(Some(later));
+    state.unsent.extend_from_slice(&ping);
+    state.unsent_waiters.push((written.clone(), ping.len()));
+    assert_eq!(state.take_batch(&stats).1, Some(later));
+    let next = Waiter::new(Some(soon));
+    state.unsent.extend_from_slice(&ping);
+    state.unsent_waiters.push((next, ping.len()));
+    assert_eq!(state.take_batch(&stats).1, Some(later), "the written one's");
+    written.abandon();
+    let last = Waiter::new(Some(soon));
+    state.unsent.extend_from_slice(&ping);
+    state.unsent_waiters.push((last, ping.len()));
+    assert_eq!(
+        state.take_batch(&stats).1,
+        Some(soon),
+        "not an abandoned one's"
     );
 }

@@ -1,6 +1,6 @@
 //! One worker's request on the multiplexed connection: where the driver
 //! puts its reply, and how the worker is woken.
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, Thread};
 use std::time::Instant;
@@ -26,7 +26,12 @@ pub(super) struct Waiter {
     /// The worker stopped waiting (set under the state lock): its reply
     /// is dropped, and the driving is never handed to it.
     abandoned: AtomicBool,
+    /// How many replies the connection had given when it was written
+    /// (`NOT_WRITTEN`: not yet; set under the state lock).
+    written_at: AtomicU64,
 }
+
+const NOT_WRITTEN: u64 = u64::MAX;
 
 impl Waiter {
     pub(super) fn new(deadline: Option<Instant>) -> Arc<Waiter> {
@@ -38,11 +43,26 @@ impl Waiter {
             ready: AtomicBool::new(false),
             drive: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
+            written_at: AtomicU64::new(NOT_WRITTEN),
         })
     }
 
     pub(super) fn abandoned(&self) -> bool {
         self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Whether its deadline passing says nothing of the server, with
+    /// `replies` read on the connection so far (under the state lock): it
+    /// was not written, or replies came after it was.
+    pub(super) fn late_only(&self, replies: u64) -> bool {
+        let at = self.written_at.load(Ordering::Relaxed);
+        at == NOT_WRITTEN || replies > at
+    }
+
+    /// It goes on the connection, which has given `replies` so far (under
+    /// the state lock).
+    pub(super) fn set_written(&self, replies: u64) {
+        self.written_at.store(replies, Ordering::Relaxed);
     }
 
     /// Its worker stops waiting (under the state lock).
@@ -53,6 +73,12 @@ impl Waiter {
     /// Whether its deadline has passed.
     pub(super) fn due(&self) -> bool {
         self.deadline.is_some_and(|due| due <= Instant::now())
+    }
+
+    /// Whether it still waits for its reply at `now`: not abandoned, its
+    /// deadline not passed.
+    pub(super) fn live_at(&self, now: Instant) -> bool {
+        !self.abandoned() && !self.deadline.is_some_and(|due| due <= now)
     }
 
     /// Keeps a reply, not visible to the worker until released.

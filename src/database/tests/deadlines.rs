@@ -208,3 +208,312 @@ fn a_handshake_waits_the_command_timeout_and_a_silent_server_is_not_spaced() {
         );
     }
 }
+
+/// A connection opened for the pipelined requests is theirs, though a
+/// request queued behind the opening timed out meanwhile: that timeout
+/// (never written, `RequestError::Late`) says nothing of the server. It
+/// once marked the server failed, which "outdated" the connection just
+/// opened, thrown away (`dropped.sick`).
+#[test]
+fn a_connection_opened_for_pipelined_requests_is_kept_when_a_queued_one_times_out() {
+    let redis = RedisProcess::start(&[]);
+    let db = database(&redis, |args| {
+        args.pipelining = true;
+        args.protocol = "RESP3";
+        args.command_timeout = 3000;
+    });
+    let get = |ms: u64| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k");
+        command.timeout = Some(Duration::from_millis(ms));
+        let started = Instant::now();
+        let result = db.execute(
+            &mut command,
+            true,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        );
+        (result, started.elapsed())
+    };
+    std::thread::scope(|scope| {
+        let sleeper = scope.spawn(|| redis.cli(&["DEBUG", "SLEEP", "0.5"]));
+        std::thread::sleep(Duration::from_millis(100));
+        // Drives; the opening connects, then waits for HELLO's reply.
+        let long = scope.spawn(|| get(3000));
+        std::thread::sleep(Duration::from_millis(100));
+        // Queued behind the opening, never written: times out.
+        let (short, _) = get(20);
+        assert!(short.is_err(), "{short:?}");
+        let (long, took) = long.join().unwrap();
+        sleeper.join().unwrap();
+        eprintln!(
+            "long: {long:?} in {took:?}; connections.total {} dropped.sick {}",
+            db.stats().get(Counter::ConnectionsTotal),
+            db.stats().get(Counter::DroppedSick)
+        );
+        assert!(long.is_ok());
+        assert_eq!(
+            db.stats().get(Counter::DroppedSick),
+            0,
+            "the connection just opened for the long GET was thrown away"
+        );
+    });
+}
+
+/// A TCP proxy to `redis` that delays each chunk of the server's replies
+/// by `delay` (a server 50 ms away, or loaded).
+fn delaying_proxy(redis: &RedisProcess, delay: Duration) -> String {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = listener.local_addr().unwrap().to_string();
+    let socket = redis.socket.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = c_read.read(&mut buf) {
+                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_write.shutdown(std::net::Shutdown::Both);
+            });
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_read.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    std::thread::sleep(delay);
+                    if c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    location
+}
+
+/// The same, repeated: a server whose replies take 50 ms (far, or
+/// loaded) while short requests keep timing out in the queue. Every
+/// connection opened was once thrown away, and a 2000 ms request failed
+/// although each opening got its replies well within it (75 connections
+/// in 2 s); private mode serves it in ~100 ms.
+#[test]
+fn short_timeouts_in_the_queue_do_not_starve_a_long_pipelined_request() {
+    let redis = RedisProcess::start(&[]);
+    let proxy = delaying_proxy(&redis, Duration::from_millis(50));
+    let mut failures = Vec::new();
+    for pipelining in [false, true] {
+        let config = DbConfig::from_args(&DbArgs {
+            location: &proxy,
+            role: "master",
+            pipelining,
+            shared_connections: pipelining,
+            protocol: "RESP3",
+            command_timeout: 3000,
+            ..DbArgs::default()
+        })
+        .expect("valid config");
+        let db = Database::new("db", config).expect("database");
+        let get = |ms: u64| {
+            let mut command = Command::new(b"GET");
+            command.push(b"k");
+            command.timeout = Some(Duration::from_millis(ms));
+            let started = Instant::now();
+            let result = db.execute(
+                &mut command,
+                true,
+                &mut TaskConnection::default(),
+                &mut |_| {},
+            );
+            (result, started.elapsed())
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let (stop, get) = (&stop, &get);
+            scope.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = get(10);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(30));
+            let (long, took) = get(2000);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "pipelining={pipelining}: long GET {long:?} in {took:?}; connections.total {} dropped.sick {}",
+                db.stats().get(Counter::ConnectionsTotal),
+                db.stats().get(Counter::DroppedSick)
+            );
+            if long.is_err() {
+                failures.push(format!("pipelining={pipelining}: {long:?} in {took:?}"));
+            }
+        });
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// An opening whose drivers all left stays in the state; its failure,
+/// which nobody waited for, is not handed much later to the first request
+/// that comes (it failed without a connect of its own, the server fine
+/// by then): that request opens its own.
+#[test]
+fn an_opening_failure_nobody_waited_for_fails_no_later_request() {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
+    let redis = RedisProcess::start(&[]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = listener.local_addr().unwrap().to_string();
+    let socket = redis.socket.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for (n, client) in listener.incoming().flatten().enumerate() {
+            if n == 0 {
+                // The first connection: accepted, never answered.
+                held.push(client);
+                continue;
+            }
+            let server = UnixStream::connect(&socket).unwrap();
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = c_read.read(&mut buf) {
+                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_read.read(&mut buf) {
+                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let config = DbConfig::from_args(&DbArgs {
+        location: &location,
+        role: "master",
+        pipelining: true,
+        protocol: "RESP3",
+        command_timeout: 300,
+        ..DbArgs::default()
+    })
+    .expect("valid config");
+    let db = Database::new("db", config).expect("database");
+    let get = |ms: u64| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k");
+        command.timeout = Some(Duration::from_millis(ms));
+        db.execute(
+            &mut command,
+            true,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+    };
+    let first = get(50);
+    eprintln!("first (50 ms, the silent connection): {first:?}");
+    // The opening's handshake times out at 300 ms; nobody is left.
+    std::thread::sleep(Duration::from_secs(2));
+    let later = get(1000);
+    eprintln!(
+        "2 s later, the server answering: {later:?}; connections.total {}",
+        db.stats().get(Counter::ConnectionsTotal)
+    );
+    assert!(later.is_ok(), "{later:?}");
+}
+
+/// connection_timeout=0 and command_timeout=0, every command with its own
+/// .timeout(): the opening is bounded by the timeout of the command that
+/// needs it. It had no bound, and one silent connection held the
+/// multiplexer for good.
+#[test]
+fn with_no_db_timeouts_an_opening_is_bounded_by_the_command_timeout() {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
+    let redis = RedisProcess::start(&[]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = listener.local_addr().unwrap().to_string();
+    let socket = redis.socket.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for (n, client) in listener.incoming().flatten().enumerate() {
+            if n == 0 {
+                // The first connection: accepted, never answered.
+                held.push(client);
+                continue;
+            }
+            let server = UnixStream::connect(&socket).unwrap();
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = c_read.read(&mut buf) {
+                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_read.read(&mut buf) {
+                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let config = DbConfig::from_args(&DbArgs {
+        location: &location,
+        role: "master",
+        pipelining: true,
+        protocol: "RESP3",
+        command_timeout: 0,
+        connection_timeout: 0,
+        ..DbArgs::default()
+    })
+    .expect("valid config");
+    let db = Database::new("db", config).expect("database");
+    let get = |ms: u64| {
+        let mut command = Command::new(b"GET");
+        command.push(b"k");
+        command.timeout = Some(Duration::from_millis(ms));
+        db.execute(
+            &mut command,
+            true,
+            &mut TaskConnection::default(),
+            &mut |_| {},
+        )
+    };
+    let first = get(50);
+    eprintln!("first (50 ms, the silent connection): {first:?}");
+    // The opening's handshake times out at 300 ms; nobody is left.
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = get(1000);
+    let later = get(1000);
+    eprintln!(
+        "2 s later, the server answering: {later:?}; connections.total {}",
+        db.stats().get(Counter::ConnectionsTotal)
+    );
+    assert!(later.is_ok(), "{later:?}");
+}

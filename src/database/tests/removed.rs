@@ -156,7 +156,7 @@ fn apply_map_of(db: &Database, node: &Location) {
 }
 
 /// A `PING` to `server` on a leased connection, given back after.
-fn ping(db: &Database, server: &Server) {
+fn ping(db: &Database, server: &Arc<Server>) {
     let timeout = Some(Duration::from_secs(2));
     let mut lease = db.lease(server, false, None, timeout).expect("a lease");
     let reply = lease.request(b"*1\r\n$4\r\nPING\r\n", timeout);

@@ -51,6 +51,9 @@ enum A {
     NotAMaster,
     /// No reply: a timeout.
     Failed,
+    /// A reply that broke the protocol (out of step on a pipelined
+    /// connection, malformed).
+    Broken,
     MultiRefused,
 }
 
@@ -64,6 +67,7 @@ const MOVED_TEXT: &str = "MOVED 3999 127.0.0.1:6381";
 const MOVED_TO: A = A::Err(MOVED_TEXT);
 const ASK_TO: A = A::Err("ASK 3999 127.0.0.1:6381");
 const NO_REPLY: A = A::Failed;
+const BROKEN: A = A::Broken;
 
 /// Retries used and allowed.
 const FRESH: (u32, u32) = (0, 2);
@@ -127,6 +131,12 @@ fn moved() -> Next {
         to: at("127.0.0.1:6381"),
     })
 }
+fn ask_to() -> Next {
+    Next::Follow(Redirection::Ask {
+        slot: 3999,
+        to: at("127.0.0.1:6381"),
+    })
+}
 fn too_many() -> Next {
     Next::TooManyRedirections {
         last: MOVED_TEXT.into(),
@@ -138,7 +148,6 @@ fn table() -> Vec<Row> {
     use Next::{PassOver, Reroute, SameServer};
     let readonly_next = format!("{SERVER} replied READONLY; sending to the master found next");
     let skipping = format!("skipping {SERVER}: ROLE says it is a replica, a master is needed");
-    let ask = Next::Follow(Redirection::Ask { slot: 3999, to: at("127.0.0.1:6381") });
     vec![
         // what                                     mode    answer   retries script verdict
         // A connection the task keeps: never retried.
@@ -157,12 +166,16 @@ fn table() -> Vec<Row> {
         ("a failure: numbered by retries used",     ANY, NO_REPLY,    (1, 2), false, note(to(Reroute, FAILED_RETRIED), &attempt_failed(2, ON_NEXT))),
         ("a failure, no retry left",                ANY, NO_REPLY,    SPENT, false, give_up()),
         ("a failure, no retries",                   ANY, NO_REPLY,    NONE,  false, give_up()),
+        ("a reply that broke the protocol ran: not retried",
+                                                    ANY, BROKEN,      FRESH, false, give_up()),
         ("LOADING: the next candidate",             ANY, LOADING,    FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(LOADING, ON_NEXT))),
         ("TRYAGAIN: the next candidate",            ANY, TRYAGAIN,   FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
         ("CLUSTERDOWN: the next candidate",         ANY, CLUSTERDOWN, FRESH, false, note(to(Reroute, REPLIED_RETRIED), &replied(CLUSTERDOWN, ON_NEXT))),
         ("LOADING, no retry left",                  ANY, LOADING,    SPENT, false, done()),
         ("LOADING to a script may be its own",      ANY, LOADING,    FRESH, true,  done()),
-        ("TRYAGAIN to a script is the server's",    ANY, TRYAGAIN,   FRESH, true,  note(to(Reroute, REPLIED_RETRIED), &replied(TRYAGAIN, ON_NEXT))),
+        ("TRYAGAIN to a script may be its own",     ANY, TRYAGAIN,   FRESH, true,  done()),
+        ("CLUSTERDOWN to a script may be its own",  ANY, CLUSTERDOWN, FRESH, true, done()),
+        ("a script's failure: the next candidate",  ANY, NO_REPLY,   FRESH, true,  note(to(Reroute, FAILED_RETRIED), &attempt_failed(1, ON_NEXT))),
         ("READONLY to a master command: the master found next",
                                                     MASTER, READONLY, FRESH, false, roles(note(to(PassOver, REPLIED_RETRIED), &readonly_next))),
         ("READONLY to a read: the reply",           ANY, READONLY,   FRESH, false, roles(done())),
@@ -180,13 +193,15 @@ fn table() -> Vec<Row> {
                                                     CLUSTER, NO_REPLY, SPENT, false, refresh(give_up())),
         ("cluster: the same, the map read already", REFRESHED, NO_REPLY, SPENT, false, give_up()),
         ("cluster: a refused MULTI",                CLUSTER, A::MultiRefused, FRESH, false, give_up()),
+        ("cluster: a reply that broke the protocol: not retried, the map read",
+                                                    CLUSTER, BROKEN,  FRESH, false, refresh(give_up())),
         ("cluster: MOVED where the map says",       CLUSTER, MOVED_TO, FRESH, false, to(moved(), MOVED)),
         ("cluster: MOVED the map does not agree with", DISAGREES, MOVED_TO, FRESH, false, refresh(to(moved(), MOVED))),
         ("cluster: MOVED, the map read already",    cluster(false, 0, true, false), MOVED_TO, FRESH, false, to(moved(), MOVED)),
         ("cluster: MOVED uses no retry",            CLUSTER, MOVED_TO, NONE,  false, to(moved(), MOVED)),
         ("cluster: MOVED without a host: the replier's",
                                                     CLUSTER, A::Err("MOVED 3999 :6381"), FRESH, false, to(moved(), MOVED)),
-        ("cluster: ASK",                            CLUSTER, ASK_TO,   FRESH, false, to(ask, ASK)),
+        ("cluster: ASK",                            CLUSTER, ASK_TO,   FRESH, false, to(ask_to(), ASK)),
         ("cluster: MOVED, a hop left",              cluster(false, MAX_HOPS - 1, false, true), MOVED_TO, FRESH, false, to(moved(), MOVED)),
         ("cluster: MOVED past the hop limit: counted, no map read",
                                                     cluster(false, MAX_HOPS, false, false), MOVED_TO, FRESH, false, to(too_many(), MOVED)),
@@ -204,6 +219,12 @@ fn table() -> Vec<Row> {
                                                     IN_MULTI, TRYAGAIN, SPENT, false, done()),
         ("cluster: LOADING to a script may be its own",
                                                     CLUSTER, LOADING,  FRESH, true,  done()),
+        ("cluster: TRYAGAIN to a script may be its own",
+                                                    CLUSTER, TRYAGAIN, FRESH, true,  done()),
+        ("cluster: CLUSTERDOWN to a script may be its own",
+                                                    CLUSTER, CLUSTERDOWN, FRESH, true, done()),
+        ("cluster: MOVED to a script is followed",  CLUSTER, MOVED_TO, FRESH, true,  to(moved(), MOVED)),
+        ("cluster: ASK to a script is followed",    CLUSTER, ASK_TO,   FRESH, true,  to(ask_to(), ASK)),
         ("cluster: the same in a transaction: the reply, its connection closed",
                                                     IN_MULTI, LOADING, FRESH, true,  retire(done())),
         ("cluster: READONLY is the reply, no role asked",
@@ -222,6 +243,12 @@ fn judge(
     let timeout = Error::Timeout {
         server: SERVER.into(),
         timeout_ms: 100,
+    };
+    let broken = Error::Unsettled {
+        server: SERVER.into(),
+        source: crate::connection::Failure::Protocol(
+            crate::protocol::resp::ProtocolError::Malformed("replies out of step"),
+        ),
     };
     let refused = Error::MultiRefused {
         server: SERVER.into(),
@@ -257,6 +284,7 @@ fn judge(
         }
         A::NotAMaster => Answer::NotAMaster,
         A::Failed => Answer::Failed(&timeout),
+        A::Broken => Answer::Failed(&broken),
         A::MultiRefused => Answer::Failed(&refused),
     };
     let server: Location = SERVER.parse().unwrap();
@@ -295,7 +323,7 @@ fn without_debug_the_same_verdict_with_no_line() {
 fn a_verdict_fits_its_answer() {
     for (what, mode, answer, left, script, _) in table() {
         let verdict = judge(mode, answer, left, script, false);
-        let failed = matches!(answer, A::Failed | A::MultiRefused);
+        let failed = matches!(answer, A::Failed | A::Broken | A::MultiRefused);
         match verdict.next {
             Next::Done => assert!(matches!(answer, A::Ok | A::Err(_)), "{what}"),
             Next::GiveUp => assert!(failed, "{what}"),
