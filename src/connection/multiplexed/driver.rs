@@ -309,8 +309,7 @@ impl Multiplexed {
                 waiter.fail(theirs);
             }
         }
-        state.in_flight.clear();
-        state.held = 0;
+        state.forget_in_flight();
         self.pass_driving(state, None);
         RequestError::Failed(mine_failed.unwrap_or(failure))
     }
@@ -336,8 +335,7 @@ impl Multiplexed {
                 // Only abandoned requests, if any, are left: no reply on
                 // this connection is wanted any more.
                 let owes = !state.in_flight.is_empty();
-                state.in_flight.clear();
-                state.held = 0;
+                state.forget_in_flight();
                 state.unsent_waiters.clear();
                 state.unsent.clear();
                 state.conn = conn.filter(|_| !owes);

@@ -65,10 +65,46 @@ pub(super) struct State {
     /// A connection being opened, or opened and not yet taken by a
     /// driver (`opening.rs`); `conn` is `None` meanwhile.
     pub(super) opening: Option<Pending>,
+    /// The last deadline of the requests written since nothing was owed on
+    /// the connection: a batch's write must be over by then (see
+    /// `take_batch`). Kept as requests are written, not searched for in
+    /// `in_flight` under the lock at each batch; one that left meanwhile
+    /// had a deadline already past, below every live one.
+    pub(super) written_until: Until,
     /// Replies (fences too) read on this multiplexer's connections: a
     /// request that times out while they kept coming was not failed by
     /// the server ([`Waiter::late_only`]).
     pub(super) replies: u64,
+}
+
+/// The last of some deadlines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Until {
+    /// None yet.
+    #[default]
+    Nothing,
+    By(Instant),
+    /// One has none.
+    Never,
+}
+
+impl Until {
+    /// The last of these and `deadline` (none: never).
+    fn and(self, deadline: Option<Instant>) -> Until {
+        match (self, deadline) {
+            (Until::Never, _) | (_, None) => Until::Never,
+            (Until::Nothing, Some(by)) => Until::By(by),
+            (Until::By(last), Some(by)) => Until::By(last.max(by)),
+        }
+    }
+
+    /// As a write's deadline (`None`: no bound).
+    fn instant(self) -> Option<Instant> {
+        match self {
+            Until::By(by) => Some(by),
+            Until::Nothing | Until::Never => None,
+        }
+    }
 }
 
 pub(super) enum InFlight {
@@ -92,8 +128,8 @@ impl State {
     /// nor anyone else's request.
     ///
     /// With the batch, when its write must be over: the last deadline of
-    /// the live requests on the connection, this batch's and those written
-    /// before (`None`: one has none). A write cut short fails them all
+    /// the requests on the connection, this batch's and those written
+    /// before (`None`: one has none; `written_until`). A write cut short fails them all
     /// (half a request is on the stream), so none of their deadlines, and
     /// not the driver's, may end it while another still has time: a
     /// driver whose short deadline passed while it waited for the CPU
@@ -120,16 +156,12 @@ impl State {
             batch.clear();
             return (batch, None);
         }
-        let live_written = self.written().filter(|waiter| !waiter.abandoned());
-        let write_by = waiters
+        self.written_until = waiters
             .iter()
-            .map(|(waiter, _)| waiter)
-            .chain(live_written)
-            .map(|waiter| waiter.deadline)
-            .try_fold(None, |last: Option<Instant>, deadline| {
-                deadline.map(|deadline| Some(last.map_or(deadline, |last| last.max(deadline))))
-            })
-            .flatten();
+            .fold(self.written_until, |until, (waiter, _)| {
+                until.and(waiter.deadline)
+            });
+        let write_by = self.written_until.instant();
         stats.inc(Counter::PipelineBatches);
         stats.add(Counter::PipelineCommands, waiters.len() as u64);
         stats.inc(Counter::batch_size(waiters.len()));
@@ -192,6 +224,9 @@ impl State {
                     }
                 }
                 self.held = 0;
+                if self.in_flight.is_empty() {
+                    self.written_until = Until::Nothing;
+                }
                 Ok(released_mine)
             }
             Read::Fence(FenceReply::Refused) => Err(ProtocolError::Malformed(
@@ -205,6 +240,14 @@ impl State {
             )
             .into()),
         }
+    }
+
+    /// Nothing is owed on the connection any more (it is closed, or only
+    /// abandoned requests were left).
+    pub(super) fn forget_in_flight(&mut self) {
+        self.in_flight.clear();
+        self.held = 0;
+        self.written_until = Until::Nothing;
     }
 
     /// The requests written and owed a reply, in order.
