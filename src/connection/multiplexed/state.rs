@@ -72,8 +72,8 @@ pub(super) struct State {
     /// had a deadline already past, below every live one.
     pub(super) written_until: Until,
     /// Replies (fences too) read on this multiplexer's connections: a
-    /// request that times out while they kept coming was not failed by
-    /// the server ([`Waiter::late_only`]).
+    /// request that times out while they kept coming, or soon after it was
+    /// written, was not failed by the server ([`Waiter::late_only`]).
     pub(super) replies: u64,
 }
 
@@ -168,7 +168,7 @@ impl State {
         let replies = self.replies;
         self.in_flight
             .extend(waiters.into_iter().map(|(waiter, _)| {
-                waiter.set_written(replies);
+                waiter.set_written(replies, now);
                 InFlight::Request(waiter)
             }));
         let fence = self.fences.next();

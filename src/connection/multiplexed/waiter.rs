@@ -1,9 +1,9 @@
 //! One worker's request on the multiplexed connection: where the driver
 //! puts its reply, and how the worker is woken.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -29,9 +29,29 @@ pub(super) struct Waiter {
     /// How many replies the connection had given when it was written
     /// (`NOT_WRITTEN`: not yet; set under the state lock).
     written_at: AtomicU64,
+    /// When it was written (`written_at` set): µs since [`epoch`].
+    written_us: AtomicU64,
 }
 
 const NOT_WRITTEN: u64 = u64::MAX;
+
+/// How long a connection that owes a request its reply must have been
+/// silent since it was written before that request's timeout says the
+/// server stalled (and marks it sick). Redis answers in microseconds: a
+/// 1-3 ms `.timeout()` that passes on a busy connection is the request's,
+/// and once marked the server every time, closing the shared connection
+/// at its next idle moment (reopened more than 100 times a second).
+const STALL: Duration = Duration::from_millis(100);
+
+/// The instant written times count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn us_since_epoch(at: Instant) -> u64 {
+    at.saturating_duration_since(epoch()).as_micros() as u64
+}
 
 impl Waiter {
     pub(super) fn new(deadline: Option<Instant>) -> Arc<Waiter> {
@@ -44,6 +64,7 @@ impl Waiter {
             drive: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             written_at: AtomicU64::new(NOT_WRITTEN),
+            written_us: AtomicU64::new(0),
         })
     }
 
@@ -53,15 +74,22 @@ impl Waiter {
 
     /// Whether its deadline passing says nothing of the server, with
     /// `replies` read on the connection so far (under the state lock): it
-    /// was not written, or replies came after it was.
+    /// was not written, replies came after it was, or it was written less
+    /// than [`STALL`] ago.
     pub(super) fn late_only(&self, replies: u64) -> bool {
         let at = self.written_at.load(Ordering::Relaxed);
-        at == NOT_WRITTEN || replies > at
+        if at == NOT_WRITTEN || replies > at {
+            return true;
+        }
+        let written = self.written_us.load(Ordering::Relaxed);
+        us_since_epoch(Instant::now()).saturating_sub(written) < STALL.as_micros() as u64
     }
 
-    /// It goes on the connection, which has given `replies` so far (under
-    /// the state lock).
-    pub(super) fn set_written(&self, replies: u64) {
+    /// It goes on the connection at `now`, which has given `replies` so
+    /// far (under the state lock).
+    pub(super) fn set_written(&self, replies: u64, now: Instant) {
+        self.written_us
+            .store(us_since_epoch(now), Ordering::Relaxed);
         self.written_at.store(replies, Ordering::Relaxed);
     }
 
