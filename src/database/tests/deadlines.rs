@@ -19,19 +19,7 @@ fn a_worker_waits_for_another_ones_discovery_until_its_own_deadline() {
     // failure there does not hold back the first command's discovery.
     let db = Database::new("c", config).expect("database");
     assert_eq!(db.stats().get(Counter::ClusterDiscoveriesFailed), 1);
-    let get = |timeout_ms: u64| {
-        let mut command = Command::new(b"GET");
-        command.push(b"k");
-        command.timeout = Some(Duration::from_millis(timeout_ms));
-        let started = Instant::now();
-        let result = db.execute(
-            &mut command,
-            true,
-            &mut TaskConnection::default(),
-            &mut |_| {},
-        );
-        (result, started.elapsed())
-    };
+    let get = |ms: u64| timed_get(&db, ms);
     std::thread::scope(|scope| {
         // Reads the map for 500 ms (a discovery step's cap) at least.
         let slow = scope.spawn(|| get(2000));
@@ -222,19 +210,7 @@ fn a_connection_opened_for_pipelined_requests_is_kept_when_a_queued_one_times_ou
         args.protocol = "RESP3";
         args.command_timeout = 3000;
     });
-    let get = |ms: u64| {
-        let mut command = Command::new(b"GET");
-        command.push(b"k");
-        command.timeout = Some(Duration::from_millis(ms));
-        let started = Instant::now();
-        let result = db.execute(
-            &mut command,
-            true,
-            &mut TaskConnection::default(),
-            &mut |_| {},
-        );
-        (result, started.elapsed())
-    };
+    let get = |ms: u64| timed_get(&db, ms);
     std::thread::scope(|scope| {
         let sleeper = scope.spawn(|| redis.cli(&["DEBUG", "SLEEP", "0.5"]));
         std::thread::sleep(Duration::from_millis(100));
@@ -326,19 +302,7 @@ fn short_timeouts_in_the_queue_do_not_starve_a_long_pipelined_request() {
         })
         .expect("valid config");
         let db = Database::new("db", config).expect("database");
-        let get = |ms: u64| {
-            let mut command = Command::new(b"GET");
-            command.push(b"k");
-            command.timeout = Some(Duration::from_millis(ms));
-            let started = Instant::now();
-            let result = db.execute(
-                &mut command,
-                true,
-                &mut TaskConnection::default(),
-                &mut |_| {},
-            );
-            (result, started.elapsed())
-        };
+        let get = |ms: u64| timed_get(&db, ms);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             let (stop, get) = (&stop, &get);
@@ -370,67 +334,39 @@ fn short_timeouts_in_the_queue_do_not_starve_a_long_pipelined_request() {
 /// by then): that request opens its own.
 #[test]
 fn an_opening_failure_nobody_waited_for_fails_no_later_request() {
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-    use std::os::unix::net::UnixStream;
+    // The opening's handshake times out at 300 ms; nobody is left.
+    after_a_silent_opening_a_later_request_is_served(300, 1000);
+}
+
+/// connection_timeout=0 and command_timeout=0, every command with its own
+/// .timeout(): the opening is bounded by the timeout of the command that
+/// needs it. It had no bound, and one silent connection held the
+/// multiplexer for good.
+#[test]
+fn with_no_db_timeouts_an_opening_is_bounded_by_the_command_timeout() {
+    after_a_silent_opening_a_later_request_is_served(0, 0);
+}
+
+/// A 50 ms GET drives the opening of a connection that is never answered
+/// (`silent_first_proxy`), on a pipelined database with these timeouts;
+/// 2 s later a 1000 ms GET is served, on a connection of its own.
+fn after_a_silent_opening_a_later_request_is_served(command_timeout: i64, connection_timeout: i64) {
     let redis = RedisProcess::start(&[]);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let location = listener.local_addr().unwrap().to_string();
-    let socket = redis.socket.clone();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for (n, client) in listener.incoming().flatten().enumerate() {
-            if n == 0 {
-                // The first connection: accepted, never answered.
-                held.push(client);
-                continue;
-            }
-            let server = UnixStream::connect(&socket).unwrap();
-            let (mut c_read, mut s_write) =
-                (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = c_read.read(&mut buf) {
-                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-            let (mut s_read, mut c_write) = (server, client);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = s_read.read(&mut buf) {
-                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
+    let location = silent_first_proxy(&redis);
     let config = DbConfig::from_args(&DbArgs {
         location: &location,
         role: "master",
         pipelining: true,
         protocol: "RESP3",
-        command_timeout: 300,
+        command_timeout,
+        connection_timeout,
         ..DbArgs::default()
     })
     .expect("valid config");
     let db = Database::new("db", config).expect("database");
-    let get = |ms: u64| {
-        let mut command = Command::new(b"GET");
-        command.push(b"k");
-        command.timeout = Some(Duration::from_millis(ms));
-        db.execute(
-            &mut command,
-            true,
-            &mut TaskConnection::default(),
-            &mut |_| {},
-        )
-    };
+    let get = |ms: u64| timed_get(&db, ms).0;
     let first = get(50);
     eprintln!("first (50 ms, the silent connection): {first:?}");
-    // The opening's handshake times out at 300 ms; nobody is left.
     std::thread::sleep(Duration::from_secs(2));
     let later = get(1000);
     eprintln!(
@@ -440,16 +376,13 @@ fn an_opening_failure_nobody_waited_for_fails_no_later_request() {
     assert!(later.is_ok(), "{later:?}");
 }
 
-/// connection_timeout=0 and command_timeout=0, every command with its own
-/// .timeout(): the opening is bounded by the timeout of the command that
-/// needs it. It had no bound, and one silent connection held the
-/// multiplexer for good.
-#[test]
-fn with_no_db_timeouts_an_opening_is_bounded_by_the_command_timeout() {
+/// A TCP proxy to `redis` whose first connection is accepted and never
+/// answered (a server that stalls in the handshake), the next ones passed
+/// through. Its location.
+fn silent_first_proxy(redis: &RedisProcess) -> String {
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::os::unix::net::UnixStream;
-    let redis = RedisProcess::start(&[]);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let location = listener.local_addr().unwrap().to_string();
     let socket = redis.socket.clone();
@@ -483,37 +416,20 @@ fn with_no_db_timeouts_an_opening_is_bounded_by_the_command_timeout() {
             });
         }
     });
-    let config = DbConfig::from_args(&DbArgs {
-        location: &location,
-        role: "master",
-        pipelining: true,
-        protocol: "RESP3",
-        command_timeout: 0,
-        connection_timeout: 0,
-        ..DbArgs::default()
-    })
-    .expect("valid config");
-    let db = Database::new("db", config).expect("database");
-    let get = |ms: u64| {
-        let mut command = Command::new(b"GET");
-        command.push(b"k");
-        command.timeout = Some(Duration::from_millis(ms));
-        db.execute(
-            &mut command,
-            true,
-            &mut TaskConnection::default(),
-            &mut |_| {},
-        )
-    };
-    let first = get(50);
-    eprintln!("first (50 ms, the silent connection): {first:?}");
-    // The opening's handshake times out at 300 ms; nobody is left.
-    std::thread::sleep(Duration::from_secs(2));
-    let _ = get(1000);
-    let later = get(1000);
-    eprintln!(
-        "2 s later, the server answering: {later:?}; connections.total {}",
-        db.stats().get(Counter::ConnectionsTotal)
+    location
+}
+
+/// `GET k` on `db` with a per-call timeout of `ms`, and how long it took.
+fn timed_get(db: &Database, ms: u64) -> (Result<Reply>, Duration) {
+    let mut command = Command::new(b"GET");
+    command.push(b"k");
+    command.timeout = Some(Duration::from_millis(ms));
+    let started = Instant::now();
+    let result = db.execute(
+        &mut command,
+        true,
+        &mut TaskConnection::default(),
+        &mut |_| {},
     );
-    assert!(later.is_ok(), "{later:?}");
+    (result, started.elapsed())
 }
