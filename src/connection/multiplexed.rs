@@ -34,12 +34,11 @@
 //! [`driver`] (writing, reading, deadlines, passing the driving on),
 //! [`opening`] (a new connection, opened apart from any request).
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Failure, ManageConnection, Prepared, RequestError};
+use super::{ManageConnection, Prepared, RequestError};
 use crate::protocol::Reply;
 use crate::stats::Stats;
 use driver::Checkout;
@@ -136,7 +135,6 @@ impl Multiplexed {
         M: ManageConnection + Send + Sync + 'static,
         M::Error: Send + 'static,
     {
-        let deadline = waiter.deadline;
         {
             let mut state = self.state.lock();
             state.unsent.extend_from_slice(packed);
@@ -154,28 +152,17 @@ impl Multiplexed {
             if waiter.drives() {
                 return self.drive(waiter, stats, checkout);
             }
-            match deadline {
-                None => thread::park(),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now < deadline {
-                        thread::park_timeout(deadline - now);
-                        continue;
-                    }
-                    let state = self.state.lock();
-                    if let Some(result) = waiter.take() {
-                        return result.map_err(RequestError::Collateral);
-                    }
-                    if waiter.drives() {
-                        drop(state);
-                        return self.drive(waiter, stats, checkout);
-                    }
-                    waiter.abandon();
-                    return Err(match waiter.late_only(state.replies) {
-                        true => RequestError::Late(Failure::Timeout),
-                        false => RequestError::Collateral(Failure::Timeout),
-                    });
+            if waiter.park() {
+                let state = self.state.lock();
+                if let Some(result) = waiter.take() {
+                    return result.map_err(RequestError::Collateral);
                 }
+                if waiter.drives() {
+                    drop(state);
+                    return self.drive(waiter, stats, checkout);
+                }
+                waiter.abandon();
+                return Err(waiter.timed_out(state.replies));
             }
         }
     }

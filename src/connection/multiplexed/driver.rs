@@ -100,24 +100,7 @@ impl Multiplexed {
     {
         let manager = checkout.manager;
         loop {
-            let found = {
-                let mut state = self.state.lock();
-                match &state.opening {
-                    Some(pending) => {
-                        let opening = Opening::of(pending).expect("one error type per multiplexer");
-                        match opening.poll() {
-                            Some(opened) => {
-                                state.opening = None;
-                                Found::Opened(opened)
-                            }
-                            None => Found::Opening,
-                        }
-                    }
-                    None if state.in_flight.is_empty() => Found::Idle(state.conn.take()),
-                    None => Found::Busy(state.conn.take().expect("replies owed on a connection")),
-                }
-            };
-            match found {
+            match self.find::<M::Error>() {
                 Found::Busy(conn) => return Ok(conn),
                 Found::Idle(idle) => {
                     if let Some(conn) = idle.and_then(|mut conn| {
@@ -134,39 +117,69 @@ impl Multiplexed {
                     self.state.lock().opening = Some(opening);
                 }
                 Found::Opening => {
-                    if mine.due() {
+                    if mine.park() {
                         return Err(self.leave_opening(mine));
                     }
-                    match mine.deadline {
-                        None => std::thread::park(),
-                        Some(deadline) => std::thread::park_timeout(
-                            deadline.saturating_duration_since(Instant::now()),
-                        ),
+                }
+                Found::Opened(landed) => {
+                    if let Some(taken) = self.take_opened(landed, mine, &**manager) {
+                        return taken;
                     }
                 }
-                Found::Opened(Landed { opened, orphan }) => match opened {
-                    // Just opened for the requests waiting: theirs, though
-                    // one of them timed out meanwhile. One that waited
-                    // with nobody driving is checked as an idle one.
-                    Opened::Connected(mut conn) => {
-                        if !orphan || manager.is_usable(&mut conn, Instant::now()) {
-                            let mut state = self.state.lock();
-                            *self.prepared.lock() = conn.prepared().clone();
-                            state.identity = conn.prepared().identity().cloned();
-                            return Ok(conn);
-                        }
+            }
+        }
+    }
+
+    /// Where the connection to drive is now (an opening that ended is
+    /// taken out of the state).
+    fn find<E: Send + 'static>(&self) -> Found<E> {
+        let mut state = self.state.lock();
+        match &state.opening {
+            Some(pending) => {
+                let opening = Opening::of(pending).expect("one error type per multiplexer");
+                match opening.poll() {
+                    Some(landed) => {
+                        state.opening = None;
+                        Found::Opened(landed)
                     }
-                    // Of another time: this request opens its own.
-                    Opened::Failed(_) if orphan => {}
-                    Opened::Failed(err) => return Err(self.fail_queued(mine, err)),
-                    Opened::Lost => {
-                        let lost = || io::Error::other("opening the connection failed (no thread)");
-                        let mut state = self.state.lock();
-                        fail_unsent(&mut state, mine, &lost().to_string());
-                        self.pass_driving(&mut state, None);
-                        return Err(RequestError::Failed(Failure::Io(lost())));
-                    }
-                },
+                    None => Found::Opening,
+                }
+            }
+            None if state.in_flight.is_empty() => Found::Idle(state.conn.take()),
+            None => Found::Busy(state.conn.take().expect("replies owed on a connection")),
+        }
+    }
+
+    /// What an ended opening gives this driver: its connection, or its
+    /// failure (the queued requests fail with it); `None` to open another.
+    fn take_opened<M: ManageConnection>(
+        &self,
+        Landed { opened, orphan }: Landed<M::Error>,
+        mine: &Arc<Waiter>,
+        manager: &M,
+    ) -> Option<Result<Connection, RequestError<M::Error>>> {
+        match opened {
+            // Just opened for the requests waiting: theirs, though one of
+            // them timed out meanwhile. One that waited with nobody
+            // driving is checked as an idle one.
+            Opened::Connected(mut conn) => {
+                if orphan && !manager.is_usable(&mut conn, Instant::now()) {
+                    return None;
+                }
+                let mut state = self.state.lock();
+                *self.prepared.lock() = conn.prepared().clone();
+                state.identity = conn.prepared().identity().cloned();
+                Some(Ok(conn))
+            }
+            // Of another time: this request opens its own.
+            Opened::Failed(_) if orphan => None,
+            Opened::Failed(err) => Some(Err(self.fail_queued(mine, err))),
+            Opened::Lost => {
+                let lost = || io::Error::other("opening the connection failed (no thread)");
+                let mut state = self.state.lock();
+                fail_unsent(&mut state, mine, &lost().to_string());
+                self.pass_driving(&mut state, None);
+                Some(Err(RequestError::Failed(Failure::Io(lost()))))
             }
         }
     }
@@ -251,12 +264,9 @@ impl Multiplexed {
         mine: &Arc<Waiter>,
     ) -> RequestError<E> {
         mine.abandon();
-        let late = mine.late_only(state.replies);
+        let timed_out = mine.timed_out(state.replies);
         if self.pass_driving(state, Some(conn)) {
-            match late {
-                true => RequestError::Late(Failure::Timeout),
-                false => RequestError::Collateral(Failure::Timeout),
-            }
+            timed_out
         } else {
             // Nobody else waits: the connection, which still owes this
             // reply, was closed.

@@ -8,7 +8,7 @@ use super::fence::Fences;
 use super::state::State;
 use super::*;
 use crate::config::Protocol;
-use crate::connection::{ConnectError, Connector};
+use crate::connection::{ConnectError, Connector, Failure};
 use crate::protocol::Command;
 use crate::stats::Stats;
 use crate::testing::{Opener, RedisProcess};

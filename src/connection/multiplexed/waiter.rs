@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::connection::Failure;
+use crate::connection::{Failure, RequestError};
 use crate::protocol::Reply;
 
 /// What one waiting request gets.
@@ -96,6 +96,32 @@ impl Waiter {
     /// Its worker stops waiting (under the state lock).
     pub(super) fn abandon(&self) {
         self.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    /// Parks its worker until it is woken or its deadline comes (none:
+    /// until woken); true, without parking, once the deadline has passed.
+    pub(super) fn park(&self) -> bool {
+        match self.deadline {
+            None => thread::park(),
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return true;
+                }
+                thread::park_timeout(deadline - now);
+            }
+        }
+        false
+    }
+
+    /// The error of this request, abandoned at its deadline, with
+    /// `replies` read on the connection so far (under the state lock):
+    /// [`RequestError::Late`] when that says nothing of the server.
+    pub(super) fn timed_out<E>(&self, replies: u64) -> RequestError<E> {
+        match self.late_only(replies) {
+            true => RequestError::Late(Failure::Timeout),
+            false => RequestError::Collateral(Failure::Timeout),
+        }
     }
 
     /// Whether its deadline has passed.
