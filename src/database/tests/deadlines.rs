@@ -239,45 +239,7 @@ fn a_connection_opened_for_pipelined_requests_is_kept_when_a_queued_one_times_ou
 /// A TCP proxy to `redis` that delays each chunk of the server's replies
 /// by `delay` (a server 50 ms away, or loaded).
 fn delaying_proxy(redis: &RedisProcess, delay: Duration) -> String {
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-    use std::os::unix::net::UnixStream;
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let location = listener.local_addr().unwrap().to_string();
-    let socket = redis.socket.clone();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = UnixStream::connect(&socket) else {
-                continue;
-            };
-            let (mut c_read, mut s_write) =
-                (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = c_read.read(&mut buf) {
-                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = s_write.shutdown(std::net::Shutdown::Both);
-            });
-            let (mut s_read, mut c_write) = (server, client);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = s_read.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    std::thread::sleep(delay);
-                    if c_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = c_write.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    });
-    location
+    proxy_to(redis, false, delay)
 }
 
 /// The same, repeated: a server whose replies take 50 ms (far, or
@@ -380,39 +342,55 @@ fn after_a_silent_opening_a_later_request_is_served(command_timeout: i64, connec
 /// answered (a server that stalls in the handshake), the next ones passed
 /// through. Its location.
 fn silent_first_proxy(redis: &RedisProcess) -> String {
+    proxy_to(redis, true, Duration::ZERO)
+}
+
+/// A TCP proxy to `redis`'s socket, each chunk of the server's replies
+/// passed on `reply_delay` late; with `first_silent`, its first connection
+/// is accepted and never answered. Its location.
+fn proxy_to(redis: &RedisProcess, first_silent: bool, reply_delay: Duration) -> String {
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::os::unix::net::UnixStream;
+    /// Copies `from` to `to`, each chunk `delay` late, until either ends.
+    fn pipe(mut from: impl Read, mut to: impl Write, delay: Duration, close: impl FnOnce()) {
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            std::thread::sleep(delay);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        close();
+    }
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let location = listener.local_addr().unwrap().to_string();
     let socket = redis.socket.clone();
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for (n, client) in listener.incoming().flatten().enumerate() {
-            if n == 0 {
-                // The first connection: accepted, never answered.
+            if first_silent && n == 0 {
                 held.push(client);
                 continue;
             }
-            let server = UnixStream::connect(&socket).unwrap();
-            let (mut c_read, mut s_write) =
-                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let Ok(server) = UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (c_read, s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let s_close = server.try_clone().unwrap();
             std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = c_read.read(&mut buf) {
-                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
+                pipe(c_read, s_write, Duration::ZERO, move || {
+                    let _ = s_close.shutdown(std::net::Shutdown::Both);
+                })
             });
-            let (mut s_read, mut c_write) = (server, client);
+            let c_close = client.try_clone().unwrap();
             std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = s_read.read(&mut buf) {
-                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
+                pipe(server, client, reply_delay, move || {
+                    let _ = c_close.shutdown(std::net::Shutdown::Both);
+                })
             });
         }
     });
